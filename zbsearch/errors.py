@@ -1,0 +1,31 @@
+"""One exception family for zbsearch.
+
+The library raises these with messages that say where the fault is and how to fix it; only the CLI
+catches them, prints the message on one line and exits non-zero. Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class ZbsearchError(Exception):
+    """Base class: a user-facing error whose message names the field (or action) and the fix."""
+
+
+class ProfileError(ZbsearchError):
+    """A profile file or uniform shorthand is malformed or out of range."""
+
+
+class MemoryLimitError(ZbsearchError):
+    """A memory limit string cannot be parsed or does not apply to this profile."""
+
+
+class ScheduleError(ZbsearchError):
+    """A schedule is malformed, incomplete, deadlocks, or breaks a memory limit."""
+
+
+class PreconditionError(ZbsearchError):
+    """A handcrafted schedule is not defined for these p and m (or chunk count)."""
+
+
+class InfeasibleError(ZbsearchError):
+    """No schedule fits the request (e.g. the memory limit is below the smallest feasible one)."""

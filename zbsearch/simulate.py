@@ -1,0 +1,210 @@
+"""As-soon-as-possible timing of a schedule on a profile: what an executor that runs each rank's list
+in order produces.
+
+A pass starts when its rank is free and all its inputs have arrived: a forward needs the previous
+chunk's forward of the same microbatch (plus the hop time when that chunk is on another rank), a
+backward needs the next chunk's backward (or, on the loss chunk, its own forward), and a W needs its
+own B. Same-rank hand-offs are free. The simulator leaves out what the profile does not give: compute
+and communication overlap perfectly, sends never block, and kernels launch instantly. An overlapped
+F&B pair takes the sum of its two passes (the profile does not say how much overlap would save).
+
+Memory follows the Zero Bubble paper: a forward allocates mem_B when it starts, B frees mem_B - mem_W
+and W frees mem_W when they end; a full backward frees mem_B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import ScheduleError
+from .ir import Action, Kind, Schedule
+from .profile import Profile, StageCost
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One executed action on a rank."""
+
+    rank: int
+    index: int
+    action: Action
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The simulated execution and everything reports need from it."""
+
+    schedule: Schedule
+    profile: Profile
+    slots: tuple[tuple[Slot, ...], ...]
+    memory: tuple[tuple[tuple[float, float, Action], ...], ...]  # per rank: (time, level after, action)
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.slots)
+
+    def work(self, rank: int) -> float:
+        return sum(s.end - s.start for s in self.slots[rank])
+
+    def first_start(self, rank: int) -> float:
+        return self.slots[rank][0].start if self.slots[rank] else 0.0
+
+    def last_end(self, rank: int) -> float:
+        return self.slots[rank][-1].end if self.slots[rank] else 0.0
+
+    @property
+    def makespan(self) -> float:
+        """From the first pass (time 0) to the end of the last one: an iteration's cost when the
+        optimizer step synchronizes all ranks."""
+        return max(self.last_end(r) for r in range(self.num_ranks))
+
+    def span_of(self, rank: int) -> float:
+        return self.last_end(rank) - self.first_start(rank)
+
+    @property
+    def span(self) -> float:
+        """The largest per-rank span (own first start to own last end): an iteration's cost when the
+        optimizer step does not synchronize ranks (the paper's post-validation)."""
+        return max(self.span_of(r) for r in range(self.num_ranks))
+
+    def bubble_rate(self, cost: float) -> float:
+        """Idle share of all rank-time when every rank is charged `cost`: 1 - sum(work) / (p * cost).
+        With equal work on every rank this is the paper's (cost - m(F+B+W)) / cost."""
+        total = sum(self.work(r) for r in range(self.num_ranks))
+        return 1.0 - total / (self.num_ranks * cost) if cost > 0 else 0.0
+
+    @property
+    def bubble_rate_makespan(self) -> float:
+        return self.bubble_rate(self.makespan)
+
+    @property
+    def bubble_rate_span(self) -> float:
+        return self.bubble_rate(self.span)
+
+    def peak_memory(self, rank: int) -> float:
+        return max((lvl for _, lvl, _ in self.memory[rank]), default=0.0)
+
+    def iter_slots(self) -> Iterator[Slot]:
+        for rank in self.slots:
+            yield from rank
+
+
+def pass_cost(profile: Profile, schedule: Schedule, action: Action) -> float:
+    """Duration of one action under this profile and placement."""
+    if action.kind is Kind.OVERLAP:
+        return sum(pass_cost(profile, schedule, a) for a in action.pair)
+    c = profile.chunk_cost(schedule.placement, action.chunk)
+    return {Kind.F: c.F, Kind.B: c.B, Kind.W: c.W, Kind.FULL_B: c.BW}[action.kind]
+
+
+def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:
+    """(allocated at start, freed at end) for one pass of this kind."""
+    return {
+        Kind.F: (cost.mem_B, 0.0),
+        Kind.B: (0.0, cost.mem_B - cost.mem_W),
+        Kind.W: (0.0, cost.mem_W),
+        Kind.FULL_B: (0.0, cost.mem_B),
+    }[kind]
+
+
+def dependencies(schedule: Schedule, profile: Profile | None, action: Action) -> list[tuple[tuple[int, str, int], float]]:
+    """Data inputs of one compute pass: (key of the producing pass, hop time). Keys are
+    (chunk, 'F' | 'BWD' | 'W', microbatch); 'BWD' is whichever backward (I or full) the chunk ran."""
+    placement = schedule.placement
+    c, i = action.chunk, action.microbatch
+    route = placement.route(i, schedule.num_microbatches)
+    k = route.index(c)
+
+    def hop(a: int, b: int) -> float:
+        return profile.hop(placement, a, b) if profile is not None else 0.0
+
+    if action.kind is Kind.F:
+        return [((route[k - 1], "F", i), hop(route[k - 1], c))] if k > 0 else []
+    if action.kind in (Kind.B, Kind.FULL_B):
+        deps = [((c, "F", i), 0.0)]
+        if k + 1 < len(route):
+            deps.append(((route[k + 1], "BWD", i), hop(route[k + 1], c)))
+        return deps
+    if action.kind is Kind.W:
+        return [((c, "BWD", i), 0.0)]
+    raise ScheduleError(f"action {action} has no dependencies of its own; simulate its pair")
+
+
+def pass_key(action: Action) -> tuple[int, str, int]:
+    group = {Kind.F: "F", Kind.B: "BWD", Kind.FULL_B: "BWD", Kind.W: "W"}[action.kind]
+    return action.chunk, group, action.microbatch
+
+
+def simulate(schedule: Schedule, profile: Profile) -> Timeline:
+    """Time every action as soon as its rank is free and its inputs have arrived.
+
+    Raises ScheduleError when some rank can never proceed (a deadlock or a missing producer), naming
+    the action each stuck rank waits on. Assumes the schedule's structure has been checked (see
+    validate.check_structure); it does not check completeness.
+    """
+    p = schedule.num_ranks
+    if profile.num_stages != p:
+        raise ScheduleError(
+            f"schedule has {p} ranks but profile {profile.name!r} has {profile.num_stages} stages: "
+            "use a profile with one stage per rank"
+        )
+    end: dict[tuple[int, str, int], float] = {}
+    free = [0.0] * p
+    ptr = [0] * p
+    slots: list[list[Slot]] = [[] for _ in range(p)]
+    deps = [[[d for a in act.passes() for d in dependencies(schedule, profile, a)] for act in rank]
+            for rank in schedule.ranks]
+    remaining = schedule.count()
+    while remaining:
+        progressed = False
+        for r in range(p):
+            rank = schedule.ranks[r]
+            while ptr[r] < len(rank):
+                ready = 0.0
+                for key, hop in deps[r][ptr[r]]:
+                    t = end.get(key)
+                    if t is None:
+                        break
+                    ready = max(ready, t + hop)
+                else:
+                    action = rank[ptr[r]]
+                    start = max(free[r], ready)
+                    finish = start + pass_cost(profile, schedule, action)
+                    for a in action.passes():
+                        end[pass_key(a)] = finish
+                    slots[r].append(Slot(r, ptr[r], action, start, finish))
+                    free[r] = finish
+                    ptr[r] += 1
+                    remaining -= 1
+                    progressed = True
+                    continue
+                break
+        if not progressed:
+            stuck = [f"rank {r} at step {ptr[r]} ({schedule.ranks[r][ptr[r]]})" for r in range(p)
+                     if ptr[r] < len(schedule.ranks[r])]
+            raise ScheduleError("schedule deadlocks: no rank can proceed; stuck at " + ", ".join(stuck))
+    return Timeline(schedule, profile, tuple(tuple(s) for s in slots), _memory_curves(schedule, profile, slots))
+
+
+def _memory_curves(schedule: Schedule, profile: Profile, slots: list[list[Slot]]):
+    curves = []
+    for rank_slots in slots:
+        level = 0.0
+        curve: list[tuple[float, float, Action]] = []
+        for slot in rank_slots:
+            passes = slot.action.passes()
+            for a in passes:
+                alloc, _ = memory_delta(profile.chunk_cost(schedule.placement, a.chunk), a.kind)
+                if alloc:
+                    level += alloc
+                    curve.append((slot.start, level, a))
+            for a in passes:
+                _, freed = memory_delta(profile.chunk_cost(schedule.placement, a.chunk), a.kind)
+                if freed:
+                    level -= freed
+                    curve.append((slot.end, level, a))
+        curves.append(tuple(curve))
+    return tuple(curves)
