@@ -14,6 +14,7 @@ rank 0 down, the second half through the other copy from rank p-1 up.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -41,8 +42,9 @@ class Kind(str, Enum):
 BACKWARD_KINDS = (Kind.B, Kind.FULL_B)
 COMPUTE_KINDS = (Kind.F, Kind.B, Kind.W, Kind.FULL_B)
 
-_SIMPLE_RE = re.compile(r"^\s*(\d+)\s*([FIWB])\s*(\d+)\s*$")
-_OVERLAP_RE = re.compile(r"^\s*\(([^;()]+);([^;()]+)\)\s*OVERLAP_F_B\s*$")
+# ASCII only: a non-ASCII digit (e.g. U+0663) would parse but print back differently.
+_SIMPLE_RE = re.compile(r"^\s*(\d+)\s*([FIWB])\s*(\d+)\s*$", re.ASCII)
+_OVERLAP_RE = re.compile(r"^\s*\(([^;()]+);([^;()]+)\)\s*OVERLAP_F_B\s*$", re.ASCII)
 
 
 @dataclass(frozen=True, order=True)
@@ -166,9 +168,9 @@ class Placement:
         try:
             placement = cls(
                 name=str(data["name"]),
-                num_ranks=int(data["num_ranks"]),
-                chunk_to_rank=tuple(int(r) for r in data["chunk_to_rank"]),
-                routes=tuple(tuple(int(c) for c in route) for route in data["routes"]),
+                num_ranks=_integer(data["num_ranks"]),
+                chunk_to_rank=tuple(_integer(r) for r in data["chunk_to_rank"]),
+                routes=tuple(tuple(_integer(c) for c in route) for route in data["routes"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ScheduleError(
@@ -195,6 +197,13 @@ class Placement:
             )
         if not self.routes or any(len(r) == 0 for r in self.routes):
             raise ScheduleError("placement needs at least one non-empty route")
+
+
+def _integer(value: Any) -> int:
+    """An integer from a file: refuse bools, floats and strings rather than silently truncating."""
+    if isinstance(value, bool):
+        raise TypeError(f"{value!r} is not an integer")
+    return operator.index(value)
 
 
 def linear(p: int) -> Placement:
@@ -265,18 +274,21 @@ class Schedule:
                                     "(zbsearch baseline ... -o FILE shows the format)")
         placement = Placement.from_dict(data["placement"])
         actions = data["actions"]
-        if not isinstance(actions, list) or len(actions) != placement.num_ranks:
+        if (not isinstance(actions, list) or len(actions) != placement.num_ranks
+                or not all(isinstance(rank, list) for rank in actions)):
             raise ScheduleError(
                 f"schedule field 'actions' must be a list of {placement.num_ranks} per-rank lists"
             )
         m = data["num_microbatches"]
-        if not isinstance(m, int) or m < 1:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise ScheduleError(f"schedule field 'num_microbatches' is {m!r}: it must be an integer >= 1")
         ranks = tuple(
             tuple(Action.parse(str(a)) for a in rank if a not in (None, ""))
             for rank in actions
         )
         meta = data.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ScheduleError(f"schedule field 'meta' is {meta!r}: it must be a JSON object (or left out)")
         return cls(str(data["name"]), placement, m, ranks, dict(meta))
 
     def save(self, path: str | Path) -> None:

@@ -15,7 +15,7 @@ and W frees mem_W when they end; a full backward frees mem_B.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from .errors import ScheduleError
 from .ir import Action, Kind, Schedule
@@ -92,12 +92,17 @@ class Timeline:
             yield from rank
 
 
-def pass_cost(profile: Profile, schedule: Schedule, action: Action) -> float:
-    """Duration of one action under this profile and placement."""
+def pass_cost(costs: Sequence[StageCost], action: Action) -> float:
+    """Duration of one action, given every chunk's cost (see chunk_costs)."""
     if action.kind is Kind.OVERLAP:
-        return sum(pass_cost(profile, schedule, a) for a in action.pair)
-    c = profile.chunk_cost(schedule.placement, action.chunk)
+        return sum(pass_cost(costs, a) for a in action.pair)
+    c = costs[action.chunk]
     return {Kind.F: c.F, Kind.B: c.B, Kind.W: c.W, Kind.FULL_B: c.BW}[action.kind]
+
+
+def chunk_costs(schedule: Schedule, profile: Profile) -> list[StageCost]:
+    """Every chunk's per-microbatch cost under this placement, computed once per simulation."""
+    return [profile.chunk_cost(schedule.placement, c) for c in range(schedule.placement.num_chunks)]
 
 
 def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:
@@ -155,6 +160,7 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
     free = [0.0] * p
     ptr = [0] * p
     slots: list[list[Slot]] = [[] for _ in range(p)]
+    costs = chunk_costs(schedule, profile)
     deps = [[[d for a in act.passes() for d in dependencies(schedule, profile, a)] for act in rank]
             for rank in schedule.ranks]
     remaining = schedule.count()
@@ -172,7 +178,7 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
                 else:
                     action = rank[ptr[r]]
                     start = max(free[r], ready)
-                    finish = start + pass_cost(profile, schedule, action)
+                    finish = start + pass_cost(costs, action)
                     for a in action.passes():
                         end[pass_key(a)] = finish
                     slots[r].append(Slot(r, ptr[r], action, start, finish))
@@ -186,10 +192,10 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
             stuck = [f"rank {r} at step {ptr[r]} ({schedule.ranks[r][ptr[r]]})" for r in range(p)
                      if ptr[r] < len(schedule.ranks[r])]
             raise ScheduleError("schedule deadlocks: no rank can proceed; stuck at " + ", ".join(stuck))
-    return Timeline(schedule, profile, tuple(tuple(s) for s in slots), _memory_curves(schedule, profile, slots))
+    return Timeline(schedule, profile, tuple(tuple(s) for s in slots), _memory_curves(costs, slots))
 
 
-def _memory_curves(schedule: Schedule, profile: Profile, slots: list[list[Slot]]):
+def _memory_curves(costs: Sequence[StageCost], slots: list[list[Slot]]):
     curves = []
     for rank_slots in slots:
         level = 0.0
@@ -197,12 +203,12 @@ def _memory_curves(schedule: Schedule, profile: Profile, slots: list[list[Slot]]
         for slot in rank_slots:
             passes = slot.action.passes()
             for a in passes:
-                alloc, _ = memory_delta(profile.chunk_cost(schedule.placement, a.chunk), a.kind)
+                alloc, _ = memory_delta(costs[a.chunk], a.kind)
                 if alloc:
                     level += alloc
                     curve.append((slot.start, level, a))
             for a in passes:
-                _, freed = memory_delta(profile.chunk_cost(schedule.placement, a.chunk), a.kind)
+                _, freed = memory_delta(costs[a.chunk], a.kind)
                 if freed:
                     level -= freed
                     curve.append((slot.end, level, a))

@@ -109,15 +109,18 @@ def dependency_graph(schedule: Schedule, profile: Profile | None = None) -> nx.D
         for idx, action in enumerate(rank):
             for a in action.passes():
                 for key, hop in dependencies(schedule, profile, a):
-                    src = owner[key]
-                    if src != (r, idx):
-                        g.add_edge(src, (r, idx), kind="data", weight=hop)
+                    # A self-loop here is an overlap pair whose backward needs its own forward: the
+                    # pair can never start, and find_cycle reports it.
+                    g.add_edge(owner[key], (r, idx), kind="data", weight=hop)
     return g
 
 
 def _cycle_message(g: nx.DiGraph, cycle: list[tuple]) -> str:
     nodes = [u for u, _, *_ in cycle]
     names = [_where(n[0], n[1], g.nodes[n]["action"]) for n in nodes]
+    if len(nodes) == 1:
+        return (f"{names[0]} pairs a backward with the forward it needs, so the pair can never start "
+                "(pair passes of different microbatches, or run the two apart)")
     if len({n[0] for n in nodes}) == 1:
         return (f"rank {nodes[0][0]} runs a pass before its own input: " + " -> ".join(names[:8])
                 + " (reorder that rank's list)")
@@ -128,6 +131,11 @@ def _cycle_message(g: nx.DiGraph, cycle: list[tuple]) -> str:
 def check(schedule: Schedule, profile: Profile | None = None, limit: MemoryLimit | None = None) -> ValidationReport:
     """Run every check; never raises for an invalid schedule (see ValidationReport.problems)."""
     report = ValidationReport(check_structure(schedule))
+    if profile is not None and profile.num_stages != schedule.num_ranks:
+        report.problems.append(
+            f"it has {schedule.num_ranks} ranks but profile {profile.name!r} has {profile.num_stages} stages: "
+            "use a profile with one stage per rank"
+        )
     if not report.ok:
         return report
     g = dependency_graph(schedule, profile)

@@ -1,0 +1,248 @@
+"""The `zbsearch` command: parse the command line, call the library, render the answer.
+
+Every ZbsearchError (and an OS error on a file) is caught in one place, `ZbsearchGroup.invoke`, so each
+command, including ones added later, prints a failure as one line `error: ...` on stderr and exits 1.
+Usage errors (an unknown flag, a non-integer -p) keep typer's own message and exit code 2.
+Shared options are declared once, in inputs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from . import __version__
+from .errors import ScheduleError, ZbsearchError
+from .inputs import (
+    ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, OutputOpt, ProfileOpt, StagesOpt, UniformMemoryOpt,
+    UniformOpt, WidthOpt, check_chunks, load_problem,
+)
+from .ir import Schedule
+from .memory import MemoryLimit, parse_mem_limit
+from .profile import Profile, profile_schema
+from .render import fmt_number, gantt, headline, summary_table
+from .report import summarize
+from .schedules import REGISTRY, generate
+from .validate import ValidationReport, check
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def print_error(message: str) -> None:
+    """One line on stderr: 'error: <message>', the prefix in red when stderr is a terminal."""
+    line = Text.assemble(("error:", "bold red"), " ", " ".join(message.split()))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(line)
+
+
+class ZbsearchGroup(TyperGroup):
+    """Runs a subcommand and turns a user-facing error into one line on stderr and exit code 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ZbsearchError as exc:
+            print_error(str(exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            print_error(f"{where}{exc.strerror or exc}")
+        raise typer.Exit(1)
+
+
+app = typer.Typer(
+    name="zbsearch",
+    cls=ZbsearchGroup,
+    help="Pipeline-parallel schedules: generate handcrafted baselines, validate, simulate and show them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"zbsearch {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Pipeline-parallel schedules: generate handcrafted baselines, validate, simulate and show them."""
+
+
+# -- helpers shared by commands ---------------------------------------------------------------
+
+def _reason(report: ValidationReport, name: str) -> str:
+    try:
+        report.raise_if_invalid(name)
+    except ScheduleError as exc:
+        return str(exc)
+    return ""
+
+
+def _require_fit(schedule: Schedule, profile: Profile) -> None:
+    if profile.num_stages != schedule.num_ranks:
+        raise ScheduleError(
+            f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but profile {profile.name!r} has "
+            f"{profile.num_stages} stages: use a profile with one stage per rank (or -p {schedule.num_ranks} "
+            "with --uniform)"
+        )
+
+
+def _limit(text: str | None, profile: Profile) -> MemoryLimit | None:
+    return parse_mem_limit(text, profile) if text is not None else None
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+@app.command()
+def baseline(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Handcrafted schedule to generate (see `zbsearch list`).")],
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    m: MicrobatchesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    chunks: ChunksOpt = None,
+    mem_limit: MemLimitOpt = None,
+    output: OutputOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Generate a handcrafted schedule, validate and simulate it on the profile, and summarize it.
+
+    Exits 1 when the schedule breaks --mem-limit (the summary still prints, with valid false and the
+    reason); -o is written only for a valid schedule.
+    """
+    problem = load_problem(profile, uniform, p, m, uniform_memory)
+    limit = _limit(mem_limit, problem)
+    schedule = generate(name, problem.num_stages, problem.microbatches, check_chunks(chunks))
+    report = check(schedule, problem, limit)
+    if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
+        report.raise_if_invalid(schedule.name)
+    summary = summarize(report.timeline, limit, valid=report.ok)
+    reason = _reason(report, schedule.name)
+    if reason:
+        summary["reason"] = reason
+    elif output is not None:
+        schedule.save(output)
+    if json_out:
+        _print_json(summary)
+    else:
+        out = _stdout()
+        out.print(summary_table(summary))
+        out.print(headline(summary))
+        if output is not None and not reason:
+            out.print(f"wrote {output}")
+    if reason:
+        raise ScheduleError(reason)
+
+
+@app.command()
+def show(
+    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to show.")],
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    width: WidthOpt = None,
+) -> None:
+    """Simulate a schedule on a profile: per-rank table and a Gantt chart of the ranks over time.
+
+    With --uniform, -p defaults to the schedule's rank count.
+    """
+    schedule = Schedule.load(schedule_file)
+    problem = load_problem(profile, uniform, p, None, uniform_memory,
+                           default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+    _require_fit(schedule, problem)
+    report = check(schedule, problem)
+    report.raise_if_invalid(schedule.name)
+    summary = summarize(report.timeline)
+    out = _stdout()
+    out.print(summary_table(summary))
+    out.print(headline(summary))
+    out.print()
+    out.print(gantt(report.timeline, width if width is not None else out.width))
+
+
+@app.command()
+def validate(
+    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to check.")],
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    mem_limit: MemLimitOpt = None,
+) -> None:
+    """Check a schedule: structure, completeness, deadlock, and with a profile its memory limit.
+
+    Exits 0 when valid, 1 with the reason on one line otherwise. Without --profile or --uniform only
+    structure, completeness and deadlock are checked. With --uniform, -p defaults to the schedule's.
+    """
+    schedule = Schedule.load(schedule_file)
+    problem: Profile | None = None
+    limit: MemoryLimit | None = None
+    if profile is not None or uniform is not None:
+        problem = load_problem(profile, uniform, p, None, uniform_memory,
+                               default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+        _require_fit(schedule, problem)
+        limit = _limit(mem_limit, problem)
+    elif mem_limit is not None:
+        raise ScheduleError("--mem-limit needs costs: add --profile PROFILE.json or --uniform F,B,W")
+    elif p is not None or uniform_memory is not None:
+        raise ScheduleError("-p and --uniform-memory go with --uniform F,B,W")
+    report = check(schedule, problem, limit)
+    report.raise_if_invalid(schedule.name)
+    what = (f"{schedule.name!r} is valid: {schedule.num_ranks} ranks, {schedule.num_microbatches} microbatches, "
+            f"{schedule.count()} actions")
+    if report.timeline is not None:
+        tl = report.timeline
+        what += f"; makespan {fmt_number(tl.makespan)} {problem.time_unit}"  # type: ignore[union-attr]
+        if limit is not None:
+            what += f"; within --mem-limit {limit.text}"
+    else:
+        what += " (structure and deadlock only: give --profile or --uniform for timing and memory)"
+    _stdout().print(what)
+
+
+@app.command("list")
+def list_schedules() -> None:
+    """List the handcrafted schedules `baseline` can generate."""
+    table = Table(title="handcrafted schedules", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("chunks per rank")
+    table.add_column("summary")
+    for gen in REGISTRY.values():
+        chunks = f"--chunks V (default {gen.default_chunks})" if gen.takes_chunks else "fixed"
+        table.add_row(gen.name, chunks, gen.summary)
+    _stdout().print(table)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema (draft 2020-12) of the profile format."""
+    _print_json(profile_schema())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="zbsearch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""The CP-SAT model: place every F, B and W of every microbatch on every rank.
+
+The model is solved on an integer time grid: every duration and hop time is divided by `step` and
+rounded DOWN. That makes the grid problem a relaxation of the real one (map a real schedule's times t
+to floor(t / step): floor(a) + floor(b) <= floor(a + b), so every precedence and no-overlap still
+holds, and memory events that merge onto one grid time only lower the level). Hence step x the grid
+optimum is a lower bound on the real makespan, and step x (grid optimum - 1) on the real span (a rank's
+first start can lose up to one step). The solution's per-rank orders are then re-timed with the exact
+durations by the simulator, which always yields an executable schedule.
+
+Constraint families, each in its own helper: intervals, data dependencies, one pass at a time per
+rank, symmetry breaking, activation memory (a reservoir per rank), analytic bounds, objective.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ortools.sat.python import cp_model
+
+from .bounds import earliest_starts, lower_bound, rank_bounds
+from .ir import Action, Kind, Schedule, build
+from .problem import Problem
+
+# Memory is scaled to integers with this many units per the smallest mem_B of the problem; the
+# rounding error is far below any limit users give (a millionth of one microbatch's activations).
+MEMORY_RESOLUTION = 1_000_000
+
+
+def choose_step(problem: Problem, resolution: int) -> float:
+    """The grid step: the shortest positive pass gets between `resolution` and 2 x `resolution` units,
+    and among such steps the one that loses the least time to rounding down (summed over every pass
+    and hop) wins. A step that divides the pass times nearly exactly keeps the relaxation, and so
+    the proven bound, tight; a careless one loses up to a step on every pass of a critical path."""
+    durations = [ps.duration for ps in problem.passes if ps.duration > 0]
+    hops = [hop for ps in problem.passes for _, hop in ps.inputs if hop > 0]
+    counts: dict[float, int] = {}
+    for t in durations + hops:
+        counts[t] = counts.get(t, 0) + 1
+    shortest = min(durations)
+    best_step, best_loss = shortest / resolution, math.inf
+    for k in range(resolution, 2 * resolution + 1):
+        for frac in (0.0, 0.25, 0.5, 0.75):
+            step = shortest / (k + frac)
+            loss = sum(n * (t - step * math.floor(t / step + 1e-9)) for t, n in counts.items())
+            if loss < best_loss - 1e-12:
+                best_step, best_loss = step, loss
+    return best_step
+
+
+@dataclass
+class Variables:
+    start: dict[Action, cp_model.IntVar] = field(default_factory=dict)
+    end: dict[Action, cp_model.LinearExpr] = field(default_factory=dict)
+    interval: dict[Action, cp_model.IntervalVar] = field(default_factory=dict)
+    objective: cp_model.IntVar | None = None
+    rank_first: list[cp_model.IntVar] = field(default_factory=list)
+    rank_last: list[cp_model.IntVar] = field(default_factory=list)
+    held: list[tuple[cp_model.IntVar, Action, Action]] = field(default_factory=list)  # length, from, until
+    horizon: int = 0
+
+
+def _name(a: Action) -> str:
+    return f"{a.kind.label}_c{a.chunk}_mb{a.microbatch}"
+
+
+def _dur(grid: Problem) -> dict[Action, int]:
+    return {ps.action: int(ps.duration) for ps in grid.passes}
+
+
+def add_intervals(model: cp_model.CpModel, grid: Problem, horizon: int) -> Variables:
+    """One fixed-size interval per pass, its start no earlier than its inputs could allow."""
+    earliest = earliest_starts(grid.passes)
+    v = Variables(horizon=horizon)
+    for ps in grid.passes:
+        a, d = ps.action, int(ps.duration)
+        s = model.new_int_var(int(earliest[a]), max(int(earliest[a]), horizon - d), f"start_{_name(a)}")
+        v.start[a] = s
+        v.end[a] = s + d
+        v.interval[a] = model.new_fixed_size_interval_var(s, d, f"run_{_name(a)}")
+    return v
+
+
+def add_dependencies(model: cp_model.CpModel, grid: Problem, v: Variables) -> None:
+    """A pass starts after each input has finished and crossed to this rank."""
+    for ps in grid.passes:
+        for src, hop in ps.inputs:
+            model.add(v.start[ps.action] >= v.end[src] + int(hop))
+
+
+def add_one_pass_at_a_time(model: cp_model.CpModel, grid: Problem, v: Variables) -> None:
+    for r in range(grid.num_ranks):
+        model.add_no_overlap([v.interval[ps.action] for ps in grid.passes if ps.rank == r])
+
+
+def add_symmetry_breaking(model: cp_model.CpModel, grid: Problem, v: Variables) -> None:
+    """Same-kind passes of one chunk run in microbatch order.
+
+    Valid because microbatches have identical costs: take any schedule and, on every chunk and kind,
+    relabel the k-th executed pass as microbatch k. The k-th F on the next chunk starts after its own
+    input and those of the k-1 before it, i.e. after k distinct Fs of this chunk, so after the k-th
+    earliest one (plus the hop); the same holds for B up the route and for W after B. Memory depends
+    only on how many passes of each kind have run, not on their labels, so it is unchanged.
+    DualPipe's two routes are two separate families of microbatches, ordered within each route.
+    """
+    m, pl = grid.num_microbatches, grid.placement
+    for ps in grid.passes:
+        a = ps.action
+        nxt = a.microbatch + 1
+        if nxt < m and pl.route_index(nxt, m) == pl.route_index(a.microbatch, m):
+            model.add(v.start[Action(a.chunk, a.kind, nxt)] >= v.end[a])
+
+
+def memory_scale(grid: Problem) -> float:
+    return MEMORY_RESOLUTION / min(ps.alloc for ps in grid.passes if ps.alloc > 0)
+
+
+def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: int = 0) -> None:
+    """Activations on each rank stay within its limit.
+
+    A microbatch's activations on a chunk are two held blocks: mem_B - mem_W from the start of its F
+    to the end of its B, and mem_W from the start of its F to the end of its W. That is the paper's
+    memory curve (F allocates at its start, B and W free at their ends), written as a cumulative
+    constraint over variable-length intervals. (A reservoir constraint says the same, but CP-SAT's
+    presolve expands it into a Boolean per pair of events: tens of seconds at p=8, m=24.)
+    `headroom` (scaled units) tightens the limit should integer rounding ever let through a schedule
+    that the exact check refuses.
+    """
+    scale = memory_scale(grid)
+    for r in range(grid.num_ranks):
+        cap = grid.limit.per_rank[r]
+        if math.isinf(cap):
+            continue
+        intervals, demands = [], []
+        for ps in grid.passes:
+            a = ps.action
+            if ps.rank != r or a.kind is not Kind.F:
+                continue
+            cost = grid.profile.chunk_cost(grid.placement, a.chunk)
+            total, keep = round(cost.mem_B * scale), round(cost.mem_W * scale)
+            for until, demand in ((Kind.B, total - keep), (Kind.W, keep)):
+                if demand <= 0:
+                    continue
+                freed_by = Action(a.chunk, until, a.microbatch)
+                size = model.new_int_var(0, v.horizon, f"held_{_name(a)}_until_{until.label}")
+                v.held.append((size, a, freed_by))
+                intervals.append(model.new_interval_var(v.start[a], size, v.end[freed_by], f"mem_{_name(a)}_until_{until.label}"))
+                demands.append(demand)
+        model.add_cumulative(intervals, demands, int(math.floor(cap * scale + 1e-6)) - headroom)
+
+
+def add_rank_windows(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int) -> None:
+    """Each rank's first start and last end, and the analytic lower bound on the time between them
+    (bounds.py), which CP-SAT does not find by propagation."""
+    bounds = rank_bounds(grid, grid.passes)
+    m, pl = grid.num_microbatches, grid.placement
+    for r in range(grid.num_ranks):
+        mine = [ps.action for ps in grid.passes if ps.rank == r]
+        # With passes in microbatch order per chunk, a rank starts with the F of a route's first
+        # microbatch and ends with the W of a route's last one.
+        firsts = [v.start[a] for a in mine if a.kind is Kind.F and (a.microbatch == 0 or pl.route_index(a.microbatch - 1, m) != pl.route_index(a.microbatch, m))]
+        lasts = [v.end[a] for a in mine if a.kind is Kind.W and (a.microbatch == m - 1 or pl.route_index(a.microbatch + 1, m) != pl.route_index(a.microbatch, m))]
+        first = model.new_int_var(0, horizon, f"first_start_rank{r}")
+        last = model.new_int_var(0, horizon, f"last_end_rank{r}")
+        model.add_min_equality(first, firsts)
+        model.add_max_equality(last, lasts)
+        model.add(last - first >= int(math.ceil(bounds[r].span - 1e-9)))
+        model.add(last >= int(math.ceil(bounds[r].end - 1e-9)))
+        v.rank_first.append(first)
+        v.rank_last.append(last)
+
+
+def add_objective(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int) -> None:
+    lower = int(math.ceil(lower_bound(grid, grid.passes) - 1e-9))
+    obj = model.new_int_var(min(lower, horizon), horizon, grid.objective)
+    if grid.objective == "makespan":
+        model.add_max_equality(obj, v.rank_last)
+    else:
+        for first, last in zip(v.rank_first, v.rank_last):
+            model.add(obj >= last - first)
+    v.objective = obj
+    model.minimize(obj)
+
+
+def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[Action, int]) -> None:
+    """Hint every variable, not only the starts: CP-SAT takes a complete hint as a first solution
+    at once, while a partial one must be repaired by search and often is not, on large models."""
+    dur = _dur(grid)
+    for a, s in starts.items():
+        model.add_hint(v.start[a], s)
+    for size, src, until in v.held:
+        model.add_hint(size, starts[until] + dur[until] - starts[src])
+    firsts, lasts = [], []
+    for r in range(grid.num_ranks):
+        mine = [ps.action for ps in grid.passes if ps.rank == r]
+        firsts.append(min(starts[a] for a in mine))
+        lasts.append(max(starts[a] + dur[a] for a in mine))
+        model.add_hint(v.rank_first[r], firsts[r])
+        model.add_hint(v.rank_last[r], lasts[r])
+    if grid.objective == "makespan":
+        model.add_hint(v.objective, max(lasts))
+    else:
+        model.add_hint(v.objective, max(l - f for f, l in zip(firsts, lasts)))
+
+
+@dataclass
+class ModelResult:
+    status: str  # optimal | feasible | unknown | infeasible (all on the grid)
+    objective: int | None
+    bound: int
+    starts: dict[Action, int]
+    wall: float
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    def __init__(self, report: Callable[[float, int, int], None] | None, t0: float):
+        super().__init__()
+        self._report, self._t0 = report, t0
+
+    def on_solution_callback(self) -> None:
+        if self._report is not None:
+            self._report(time.monotonic() - self._t0, int(self.objective_value), int(self.best_objective_bound))
+
+
+def build_model(grid: Problem, horizon: int, headroom: int = 0) -> tuple[cp_model.CpModel, Variables]:
+    model = cp_model.CpModel()
+    v = add_intervals(model, grid, horizon)
+    add_dependencies(model, grid, v)
+    add_one_pass_at_a_time(model, grid, v)
+    add_symmetry_breaking(model, grid, v)
+    add_memory(model, grid, v, headroom)
+    add_rank_windows(model, grid, v, horizon)
+    add_objective(model, grid, v, horizon)
+    return model, v
+
+
+def solve_grid(
+    grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
+    seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
+) -> ModelResult:
+    """Build and solve the grid model; return the best starts found and the proven bound."""
+    t0 = time.monotonic()
+    model, v = build_model(grid, horizon, headroom)
+    if hint:
+        add_hint(model, grid, v, hint)
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.max_time_in_seconds = max(0.1, time_limit - (time.monotonic() - t0))
+    params.num_workers = max(1, workers)
+    params.random_seed = seed
+    params.log_search_progress = False
+    status = solver.solve(model, _Progress(progress, t0))
+    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
+    starts = {a: int(solver.value(s)) for a, s in v.start.items()} if name in ("optimal", "feasible") else {}
+    objective = int(solver.objective_value) if starts else None
+    bound = int(solver.best_objective_bound) if name != "infeasible" else 0
+    return ModelResult(name, objective, bound, starts, time.monotonic() - t0)
+
+
+def orders_from_starts(grid: Problem, starts: dict[Action, int], name: str) -> Schedule:
+    """Per-rank orders from solved start times; ties (zero-length passes) keep inputs first."""
+    dur = _dur(grid)
+    kind_rank = {Kind.F: 0, Kind.B: 1, Kind.W: 2}
+    ranks: list[list[Action]] = [[] for _ in range(grid.num_ranks)]
+    key = lambda ps: (starts[ps.action], starts[ps.action] + dur[ps.action], kind_rank[ps.action.kind], ps.action.microbatch)
+    for ps in sorted(grid.passes, key=key):
+        ranks[ps.rank].append(ps.action)
+    return build(name, grid.placement, grid.num_microbatches, ranks)

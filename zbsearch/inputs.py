@@ -1,0 +1,141 @@
+"""What every command reads from the command line: the problem (a profile file or the uniform
+shorthand), the memory limit and the common output switches.
+
+Each option is declared once here, as an `Annotated` alias, and every command that takes it uses the
+alias, so the flags, their help and their defaults cannot drift apart between commands. The checks
+that tie options together (`--uniform` needs `-p`; `-p` must match the profile) live in
+`load_problem`, which raises ProfileError with the fix; the CLI turns that into one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import PreconditionError, ProfileError
+from .profile import Profile, check_microbatches, check_stages, load_profile, parse_uniform
+
+PROBLEM_PANEL = "Problem"
+OUTPUT_PANEL = "Output"
+
+# -- the problem ------------------------------------------------------------------------------
+
+ProfileOpt = Annotated[Optional[Path], typer.Option(
+    "--profile", metavar="PROFILE.json", rich_help_panel=PROBLEM_PANEL,
+    help="Profile JSON with per-stage F/B/W times, memory and provenance (see `zbsearch schema`).",
+)]
+UniformOpt = Annotated[Optional[str], typer.Option(
+    "--uniform", metavar="F,B,W[,COMM]", rich_help_panel=PROBLEM_PANEL,
+    help="Shorthand instead of a profile: p identical stages with these times (needs -p).",
+)]
+StagesOpt = Annotated[Optional[int], typer.Option(
+    "-p", "--stages", metavar="P", rich_help_panel=PROBLEM_PANEL,
+    help="Pipeline ranks (stages). Needed with --uniform (commands that read a schedule default to its "
+         "rank count); with --profile it must match the profile.",
+)]
+MicrobatchesOpt = Annotated[Optional[int], typer.Option(
+    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL,
+    help="Microbatches per iteration. Default: the profile's `microbatches`; with --uniform, 2p.",
+)]
+UniformMemoryOpt = Annotated[Optional[str], typer.Option(
+    "--uniform-memory", metavar="M_B,M_W", rich_help_panel=PROBLEM_PANEL,
+    help="With --uniform: activation memory a microbatch holds from F to B (M_B) and from B to W "
+         "(M_W), relative units. Default 1,0.5.",
+)]
+ChunksOpt = Annotated[Optional[int], typer.Option(
+    "--chunks", metavar="V", rich_help_panel=PROBLEM_PANEL,
+    help="Model chunks per rank for interleaved-1f1b (default 2); other schedules fix their own.",
+)]
+MemLimitOpt = Annotated[Optional[str], typer.Option(
+    "--mem-limit", metavar="LIMIT", rich_help_panel=PROBLEM_PANEL,
+    help="Per-rank activation memory limit: a multiple of p times the stage's M_B (1p, 2p, 1.5p), "
+         "a size (48GiB, 40GB, bytes; needs a bytes profile), auto (device capacity minus static "
+         "bytes) or none.",
+)]
+
+# -- output -----------------------------------------------------------------------------------
+
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", rich_help_panel=OUTPUT_PANEL,
+    help="Print exactly one JSON object (the summary) on stdout instead of tables.",
+)]
+OutputOpt = Annotated[Optional[Path], typer.Option(
+    "-o", "--output", metavar="SCHEDULE.json", rich_help_panel=OUTPUT_PANEL,
+    help="Write the schedule JSON here (atomically), only once it has passed validation.",
+)]
+WidthOpt = Annotated[Optional[int], typer.Option(
+    "--width", metavar="COLUMNS", rich_help_panel=OUTPUT_PANEL,
+    help="Width of the Gantt chart in characters. Default: the terminal's width.",
+)]
+
+
+def load_problem(
+    profile: Path | str | None,
+    uniform: str | None,
+    p: int | None,
+    m: int | None,
+    uniform_memory: str | None = None,
+    *,
+    default_p: int | None = None,
+    default_m: int | None = None,
+) -> Profile:
+    """The profile the command line asks for, with its microbatch count set.
+
+    Parameters
+    ----------
+    profile, uniform, p, m, uniform_memory
+        The values of --profile, --uniform, -p, -m and --uniform-memory (None when not given).
+    default_p, default_m
+        What -p and -m mean when left out and no profile says otherwise (commands that read a
+        schedule pass its rank and microbatch counts). Without `default_p`, --uniform needs -p.
+        Without `default_m`, --uniform defaults to m = 2p.
+
+    Returns
+    -------
+    Profile
+        With `microbatches` = m when m is given.
+
+    Raises
+    ------
+    ProfileError
+        Neither or both of --profile and --uniform; --uniform without -p; -p not matching the
+        profile; --uniform-memory without --uniform; p or m out of range; a malformed profile file.
+    ZbsearchError
+        The profile file is missing or is not JSON.
+    """
+    if profile is not None and uniform is not None:
+        raise ProfileError("give either --profile FILE or --uniform F,B,W, not both")
+    if profile is None and uniform is None:
+        raise ProfileError("say what to schedule: --profile PROFILE.json, or --uniform F,B,W[,COMM] with -p P")
+    if uniform_memory is not None and uniform is None:
+        raise ProfileError("--uniform-memory applies to --uniform only; a profile file gives mem_B and mem_W per stage")
+    if p is not None:
+        check_stages(p)
+    if m is not None:
+        check_microbatches(m)
+    if uniform is not None:
+        if p is None:
+            p = default_p
+        if p is None:
+            raise ProfileError(f"--uniform {uniform} needs the number of stages: add -p P, e.g. -p 4")
+        if m is None:
+            m = default_m if default_m is not None else 2 * p
+        return parse_uniform(uniform, p=p, m=m, memory=uniform_memory)
+    loaded = load_profile(profile)
+    if p is not None and p != loaded.num_stages:
+        raise ProfileError(
+            f"-p {p} does not match profile {str(profile)!r}, which has {loaded.num_stages} stages: "
+            f"drop -p or use -p {loaded.num_stages}"
+        )
+    if m is None:
+        m = default_m
+    return loaded.with_microbatches(m) if m is not None else loaded
+
+
+def check_chunks(chunks: int | None) -> int | None:
+    """--chunks must be a positive integer when given."""
+    if chunks is not None and chunks < 1:
+        raise PreconditionError(f"--chunks {chunks} is not a chunk count: use 1 or more, e.g. --chunks 2")
+    return chunks

@@ -1,0 +1,150 @@
+"""A search problem: what the solver and the heuristics both read.
+
+It fixes the placement, the microbatch count, the memory limit and the objective, and lists every
+pass (chunk, kind, microbatch) with its rank, duration, data inputs and memory effect. The solver always
+splits the backward into B and W: a fused backward is B immediately followed by W on the same rank,
+so splitting never loses a schedule (it can only find more).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import InfeasibleError, ZbsearchError
+from .ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
+from .memory import MemoryLimit
+from .profile import Profile
+from .simulate import dependencies, memory_delta
+
+OBJECTIVES = ("makespan", "span")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of the problem, with everything a model needs about it."""
+
+    action: Action
+    rank: int
+    duration: float
+    inputs: tuple[tuple[Action, float], ...]  # producing pass and hop time
+    alloc: float  # memory allocated at start
+    free: float  # memory freed at end
+
+
+def parse_placement(text: str, p: int) -> Placement:
+    """`linear`, `interleaved:V` (V chunks per rank, looped) or `v` (V-shape, 2 chunks per rank)."""
+    t = text.strip().lower()
+    if t == "linear":
+        return linear(p)
+    if t in ("v", "v-shape", "vshape"):
+        return vshape(p)
+    if t.startswith("interleaved"):
+        _, _, v = t.partition(":")
+        try:
+            chunks = int(v) if v else 2
+        except ValueError:
+            chunks = 0
+        if chunks < 1:
+            raise ZbsearchError(f"--placement {text!r}: write interleaved:V with V >= 1 chunks per rank, e.g. interleaved:2")
+        return interleaved(p, chunks)
+    raise ZbsearchError(f"--placement {text!r} is not a placement: use linear, interleaved:V or v")
+
+
+@dataclass(frozen=True)
+class Problem:
+    profile: Profile
+    placement: Placement
+    num_microbatches: int
+    limit: MemoryLimit
+    objective: str = "makespan"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ZbsearchError(f"--objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
+        if self.placement.num_ranks != self.profile.num_stages:
+            raise ZbsearchError(
+                f"placement has {self.placement.num_ranks} ranks but the profile has {self.profile.num_stages} stages"
+            )
+
+    @property
+    def num_ranks(self) -> int:
+        return self.placement.num_ranks
+
+    def empty_schedule(self, name: str, ranks: list[list[Action]], **meta) -> Schedule:
+        return build(name, self.placement, self.num_microbatches, ranks, **meta)
+
+    @cached_property
+    def passes(self) -> tuple[Pass, ...]:
+        """Every F, B and W of every microbatch on every chunk of its route, each microbatch's passes
+        in dependency order."""
+        out = []
+        m, pl, prof = self.num_microbatches, self.placement, self.profile
+        shell = build("problem", pl, m, [[] for _ in range(pl.num_ranks)])
+        for i in range(m):
+            route = pl.route(i, m)
+            # Producers before consumers: forwards down the route, backwards up it, then the Ws.
+            order = [(c, Kind.F) for c in route] + [(c, Kind.B) for c in reversed(route)] + [(c, Kind.W) for c in route]
+            for c, kind in order:
+                cost = prof.chunk_cost(pl, c)
+                dur = {Kind.F: cost.F, Kind.B: cost.B, Kind.W: cost.W}[kind]
+                a = Action(c, kind, i)
+                ins = tuple((_producer(key), hop) for key, hop in dependencies(shell, prof, a))
+                alloc, free = memory_delta(cost, kind)
+                out.append(Pass(a, pl.chunk_to_rank[c], dur, ins, alloc, free))
+        return tuple(out)
+
+    def min_feasible_limit(self) -> tuple[float, ...]:
+        """Per rank, the smallest activation limit any schedule can meet: one microbatch's whole route
+        run alone. It is also necessary: on each rank a microbatch's forwards all come before its
+        backwards (the loss is at the end of the route), so its chunks' mem_B are held together."""
+        pl, prof = self.placement, self.profile
+        need = [0.0] * pl.num_ranks
+        for route in pl.routes:
+            per = [0.0] * pl.num_ranks
+            for c in route:
+                per[pl.chunk_to_rank[c]] += prof.chunk_cost(pl, c).mem_B
+            need = [max(a, b) for a, b in zip(need, per)]
+        return tuple(need)
+
+    def check_feasible(self) -> None:
+        """Raise InfeasibleError stating the smallest feasible limit when this one is below it."""
+        need = self.min_feasible_limit()
+        short = [r for r in range(self.num_ranks) if self.limit.per_rank[r] < need[r] * (1 - 1e-9)]
+        if short:
+            p = self.num_ranks
+            worst = max(need[r] / (p * self.profile.stage_mem_B(r)) for r in range(p))
+            r = short[0]
+            raise InfeasibleError(
+                f"memory limit {self.limit.text} is infeasible: rank {r} must hold at least one microbatch's "
+                f"activations ({need[r]:g} {self.profile.memory_unit}) but is allowed {self.limit.per_rank[r]:g}; "
+                f"the smallest feasible limit is {worst:.4g}p"
+                + (f" ({max(need):.4g} bytes)" if self.profile.memory_unit == "bytes" else "")
+            )
+
+
+def _producer(key: tuple[int, str, int]) -> Action:
+    chunk, group, mb = key
+    # The solver always splits the backward, so a 'BWD' input is the chunk's B (input gradient).
+    return Action(chunk, {"F": Kind.F, "BWD": Kind.B, "W": Kind.W}[group], mb)
+
+
+def on_grid(problem: Problem, step: float) -> Problem:
+    """The same problem with every chunk's pass times and every hop divided by `step` and rounded
+    down to integers: a relaxation of the real problem (see cpsat.py for why)."""
+    from dataclasses import replace
+
+    from .profile import StageCost
+
+    def down(x: float) -> float:
+        return float(math.floor(x / step + 1e-9))
+
+    prof, pl = problem.profile, problem.placement
+    chunks = []
+    for c in range(pl.num_chunks):
+        cost = prof.chunk_cost(pl, c)
+        chunks.append(StageCost(down(cost.F), down(cost.B), down(cost.W), cost.mem_B, cost.mem_W))
+    grid_profile = replace(prof, chunks=tuple(chunks), comm=tuple(down(c) for c in prof.comm),
+                           time_unit=f"{step:g} {prof.time_unit}")
+    return replace(problem, profile=grid_profile)

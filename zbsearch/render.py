@@ -1,0 +1,196 @@
+"""Terminal views of a schedule: a per-rank table and a Gantt chart, as rich renderables or plain text.
+
+Pure functions: they read a `Timeline` (simulate.py) or a summary dict (report.summarize) and return
+strings or rich objects; printing is the caller's business. The chart scales time so that the
+makespan fills the given width; each pass shows its kind letter (the Zero Bubble paper's: F forward,
+B backward for inputs, W backward for weights, BW the fused full backward) followed by its microbatch,
+cut to the cells the pass covers. A pass too short for one cell may be hidden by its neighbour. On a
+rank that holds two or more chunks, passes of its second (fourth, ...) chunk are written in lower case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .ir import Action, Kind
+from .simulate import Timeline
+
+IDLE = "."
+LABEL_WIDTH = 4  # "r12 "
+MIN_CELLS = 10
+
+# Style per kind: (even local chunk, odd local chunk). Named ANSI colours, so kinds stay apart on
+# 8- and 16-colour terminals too.
+KIND_STYLES: dict[Kind, tuple[str, str]] = {
+    Kind.F: ("white on blue", "white on bright_blue"),
+    Kind.B: ("black on green", "black on bright_green"),
+    Kind.W: ("black on yellow", "black on bright_yellow"),
+    Kind.FULL_B: ("black on cyan", "black on bright_cyan"),
+    Kind.OVERLAP: ("white on magenta", "white on bright_magenta"),
+}
+KIND_NAMES: dict[Kind, str] = {
+    Kind.F: "F forward",
+    Kind.B: "B backward for inputs (torch I)",
+    Kind.W: "W backward for weights",
+    Kind.FULL_B: "BW full backward (torch B)",
+    Kind.OVERLAP: "F&B overlapped forward/backward pair",
+}
+
+
+def kind_style(kind: Kind, odd_chunk: bool = False) -> str:
+    """The rich style of a cell of this kind."""
+    return KIND_STYLES[kind][1 if odd_chunk else 0]
+
+
+def _local_index(timeline: Timeline, rank: int, chunk: int) -> int:
+    chunks = timeline.schedule.placement.chunks_on(rank)
+    return chunks.index(chunk) if chunk in chunks else 0
+
+
+def pass_label(action: Action, odd_chunk: bool = False) -> str:
+    """Kind letter(s) and microbatch: 'F3', 'B3', 'W3', 'BW3', or 'F3&B1' for an overlapped pair."""
+    if action.kind is Kind.OVERLAP:
+        text = "&".join(pass_label(a) for a in action.pair)
+    else:
+        text = f"{action.kind.label}{action.microbatch}"
+    return text.lower() if odd_chunk else text
+
+
+def _odd(timeline: Timeline, rank: int, action: Action) -> bool:
+    chunk = action.pair[0].chunk if action.kind is Kind.OVERLAP else action.chunk
+    return _local_index(timeline, rank, chunk) % 2 == 1
+
+
+def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
+    """Per rank, `cells` (character, style) pairs: time 0..makespan scaled to the cells.
+
+    A pass covers the cells from round(start * scale) to round(end * scale), at least one; a cell
+    already taken by an earlier pass of the rank keeps it. Idle cells are ('.', 'dim').
+    """
+    cells = max(1, cells)
+    total = timeline.makespan
+    scale = cells / total if total > 0 else 0.0
+    rows: list[list[tuple[str, str]]] = []
+    for r, slots in enumerate(timeline.slots):
+        row: list[tuple[str, str] | None] = [None] * cells
+        for slot in slots:
+            c0 = min(cells - 1, int(round(slot.start * scale)))
+            c1 = min(cells, max(c0 + 1, int(round(slot.end * scale))))
+            odd = _odd(timeline, r, slot.action)
+            label = pass_label(slot.action, odd)
+            style = kind_style(slot.action.kind, odd)
+            free = [c for c in range(c0, c1) if row[c] is None]
+            for k, c in enumerate(free):
+                row[c] = (label[k] if k < len(label) else " ", style)
+        rows.append([cell if cell is not None else (IDLE, "dim") for cell in row])
+    return rows
+
+
+def _styled(cells: list[tuple[str, str]]) -> Text:
+    """Join cells into one Text, one span per run of equal style."""
+    text = Text()
+    run, run_style = "", None
+    for ch, style in cells:
+        if style != run_style and run:
+            text.append(run, style=run_style)
+            run = ""
+        run, run_style = run + ch, style
+    if run:
+        text.append(run, style=run_style)
+    return text
+
+
+def gantt(timeline: Timeline, width: int = 80) -> Group:
+    """A Gantt chart `width` characters wide: a time ruler, one row per rank, a legend."""
+    p = timeline.num_ranks
+    label_width = max(LABEL_WIDTH, len(f"r{p - 1} "))
+    cells = max(MIN_CELLS, width - label_width)
+    rows = gantt_cells(timeline, cells)
+    unit = timeline.profile.time_unit
+    end = f"{fmt_number(timeline.makespan)} {unit}"
+    ruler = Text()
+    ruler.append(" " * label_width + "0" + end.rjust(cells - 1), style="bold")
+    lines: list[Text] = [ruler]
+    for r, row in enumerate(rows):
+        line = Text()
+        line.append(f"r{r}".ljust(label_width), style="bold")
+        line.append_text(_styled(row))
+        lines.append(line)
+    kinds = {slot.action.kind for slot in timeline.iter_slots()}
+    legend = Text()
+    for kind in KIND_NAMES:
+        if kind in kinds:
+            letter, _, name = KIND_NAMES[kind].partition(" ")
+            legend.append(f" {letter} ", style=kind_style(kind))
+            legend.append(f" {name}  ")
+    legend.append(f"{IDLE} idle  ", style="dim")
+    if timeline.schedule.placement.chunks_per_rank > 1:
+        legend.append("lower case: the rank's 2nd chunk  ")
+    per_cell = timeline.makespan / cells if cells else 0.0
+    legend.append(f"1 column = {fmt_number(per_cell)} {unit}")
+    lines.append(legend)
+    return Group(*lines)
+
+
+def gantt_text(timeline: Timeline, width: int = 80) -> str:
+    """The chart as plain text (no colour), one line per row."""
+    return "\n".join(line.plain for line in gantt(timeline, width).renderables)  # type: ignore[union-attr]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def fmt_number(x: float) -> str:
+    """Readable figures: thousands separators from 1000 up (1,310,400), else 4 significant digits."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+_num = fmt_number
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """One line: schedule, sizes, makespan, span and both bubble rates, validity."""
+    unit = summary.get("time_unit", "")
+    status = "valid" if summary.get("valid", True) else "INVALID"
+    limit = f" mem-limit {summary['mem_limit']}" if summary.get("mem_limit") else ""
+    return (
+        f"{summary['schedule']} ({summary['placement']}) on {summary['profile']}: "
+        f"p={summary['ranks']} stages={summary['stages']} m={summary['microbatches']}; "
+        f"makespan {_num(summary['makespan'])} {unit}, span {_num(summary['span'])} {unit}; "
+        f"bubble {_pct(summary['bubble_rate_makespan'])} (makespan), "
+        f"{_pct(summary['bubble_rate_span'])} (span);{limit} {status}"
+    )
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """Per-rank work, idle time, span and peak activation memory, with the totals as caption."""
+    unit = summary.get("time_unit", "")
+    table = Table(title=f"{summary['schedule']} on {summary['profile']}", title_justify="left")
+    table.add_column("rank", justify="right")
+    table.add_column(f"work ({unit})", justify="right")
+    table.add_column(f"idle ({unit})", justify="right")
+    table.add_column(f"span ({unit})", justify="right")
+    table.add_column("peak mem (x M_B)", justify="right")
+    by_bytes = summary.get("peak_memory_bytes_per_rank")
+    if by_bytes is not None:
+        table.add_column("peak mem (GiB)", justify="right")
+    for r in range(summary["ranks"]):
+        row = [
+            str(r), _num(summary["work_per_rank"][r]), _num(summary["idle_per_rank"][r]),
+            _num(summary["span_per_rank"][r]), f"{summary['peak_memory_per_rank'][r]:.4g}",
+        ]
+        if by_bytes is not None:
+            row.append(f"{by_bytes[r] / 2**30:.3f}")
+        table.add_row(*row)
+    table.caption = (
+        f"makespan {_num(summary['makespan'])} {unit}, span {_num(summary['span'])} {unit}; "
+        f"bubble rate {_pct(summary['bubble_rate_makespan'])} of makespan, "
+        f"{_pct(summary['bubble_rate_span'])} of span"
+    )
+    table.caption_justify = "left"
+    return table

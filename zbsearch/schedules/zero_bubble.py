@@ -1,0 +1,57 @@
+"""The Zero Bubble paper's handcrafted schedules ZB-H1 and ZB-H2 (Qi et al., ICLR 2024, arXiv 2401.10241).
+
+Both keep 1F1B's linear placement and split the backward into B (gradient for inputs, torch's `I`) and
+W (gradient for weights). B is on the critical path back to rank 0, W is not, so each rank holds some
+of its W back and runs them where 1F1B would sit idle waiting for a B.
+
+Rank r of p, with w warm-up forwards and h held-back W (both capped at m):
+  phase 1, warm-up:  w forwards F0 .. F(w-1);
+  phase 2, steady:   m - w rounds of (F, B), each followed by a W once h W have been held back;
+  phase 3, cool-down: w rounds of B, each followed by a W once h have been held back;
+  phase 4, tail:     the h held-back W.
+
+ZB-H1: w = p-r-1, h = r. Rank r has at most p-r microbatches in flight, as in 1F1B, so peak activation
+memory is p M_B (rank 0). Under uniform stages with comm 0, m >= p and W <= min(F, B), the bubble from
+time 0 (makespan) is (p-1)(F + B - W): a third of 1F1B's when F = B = W.
+ZB-H2: w = 2(p-r-1), h = 2r. Rank 0 has 2p-1 microbatches in flight (peak (2p-1) M_B when m >= 2p-1).
+Measured per rank from its own first F (span), with comm 0, m >= 2p-1, W <= F and 2W <= F + B, the
+bubble is (p-1)(F + B - 2W): zero when 2W = F + B. With comm c small next to the passes (the paper's
+profiles) it is (p-1)(F + B + 2c - 2W).
+For smaller m the warm-up and the held-back W are capped at m: the schedule stays valid, only the
+closed forms no longer hold.
+"""
+
+from __future__ import annotations
+
+from ..ir import Action, B, F, Schedule, W, build, linear
+from ._common import require
+
+
+def _split_backward_1f1b(r: int, m: int, warmup: int, held: int) -> list[Action]:
+    """One rank's order: 1F1B with B/W split and W of microbatch i run right after B of i + held."""
+    w, h = min(warmup, m), min(held, m)
+    order = [F(r, i) for i in range(w)]                          # phase 1: warm-up forwards
+
+    def backward(i: int) -> list[Action]:
+        return [B(r, i)] + ([W(r, i - h)] if i >= h else [])
+
+    for i in range(m - w):                                       # phase 2: F, B (, W)
+        order += [F(r, w + i)] + backward(i)
+    for i in range(m - w, m):                                    # phase 3: B (, W)
+        order += backward(i)
+    order += [W(r, i) for i in range(m - h, m)]                  # phase 4: held-back W
+    return order
+
+
+def zb_h1(p: int, m: int) -> Schedule:
+    """ZB-H1: 1F1B's warm-up (p-r-1 forwards) with rank r holding back its first r W to the end."""
+    require(p >= 1 and m >= 1, "zb-h1", "p >= 1 and m >= 1", p, m)
+    ranks = [_split_backward_1f1b(r, m, p - r - 1, r) for r in range(p)]
+    return build("zb-h1", linear(p), m, ranks)
+
+
+def zb_h2(p: int, m: int) -> Schedule:
+    """ZB-H2: 2(p-r-1) warm-up forwards (2p-1 in flight on rank 0) with rank r holding back 2r W."""
+    require(p >= 1 and m >= 1, "zb-h2", "p >= 1 and m >= 1", p, m)
+    ranks = [_split_backward_1f1b(r, m, 2 * (p - r - 1), 2 * r) for r in range(p)]
+    return build("zb-h2", linear(p), m, ranks)
