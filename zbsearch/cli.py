@@ -22,12 +22,14 @@ from typer.core import TyperGroup
 from . import __version__
 from .errors import ScheduleError, ZbsearchError
 from .inputs import (
-    ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, OutputOpt, ProfileOpt, StagesOpt, UniformMemoryOpt,
-    UniformOpt, WidthOpt, check_chunks, load_problem,
+    ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
+    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, check_chunks,
+    load_problem,
 )
 from .ir import Schedule
 from .memory import MemoryLimit, parse_mem_limit
 from .profile import Profile, profile_schema
+from . import render
 from .render import fmt_number, gantt, headline, summary_table
 from .report import summarize
 from .schedules import REGISTRY, generate
@@ -218,6 +220,51 @@ def validate(
     else:
         what += " (structure and deadlock only: give --profile or --uniform for timing and memory)"
     _stdout().print(what)
+
+
+@app.command()
+def solve(
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    m: MicrobatchesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    mem_limit: MemLimitOpt = None,
+    objective: ObjectiveOpt = "makespan",
+    placement: PlacementOpt = "linear",
+    time_limit: TimeLimitOpt = 30.0,
+    workers: WorkersOpt = 2,
+    seed: SeedOpt = 0,
+    output: OutputOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Search for the best schedule under a memory limit: heuristics, then CP-SAT, with a proven bound.
+
+    The result never is worse than the best valid heuristic, has passed the validator with the exact
+    times and limit before anything is written, and reports lower_bound, gap, status (optimal when the
+    bound is met) and the heuristic it started from.
+    """
+    from . import solve as search
+
+    if mem_limit is None:
+        raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
+    prof = load_problem(profile, uniform, p, m, uniform_memory)
+    problem = search.make_problem(prof, mem_limit, objective, placement)
+    out = _stdout()
+    live = not json_out and out.is_terminal
+    with render.SolveProgress(out, enabled=live) as progress:
+        result = search.solve(problem, time_limit=time_limit, workers=workers, seed=seed, progress=progress.update)
+    summary = result.report()
+    if output is not None:
+        result.schedule.save(output)
+    if json_out:
+        _print_json(summary)
+        return
+    out.print(summary_table(summary))
+    out.print(headline(summary))
+    out.print(render.solve_headline(summary))
+    if output is not None:
+        out.print(f"wrote {output}")
 
 
 @app.command("list")

@@ -152,9 +152,18 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
         model.add_cumulative(intervals, demands, int(math.floor(cap * scale + 1e-6)) - headroom)
 
 
-def add_rank_windows(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int) -> None:
+def add_rank_windows(
+    model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int, first_start_cap: list[int] | None = None,
+) -> None:
     """Each rank's first start and last end, and the analytic lower bound on the time between them
-    (bounds.py), which CP-SAT does not find by propagation."""
+    (bounds.py), which CP-SAT does not find by propagation.
+
+    `first_start_cap` pins each rank's first pass no later than where an as-soon-as-possible executor
+    starts it. Its first pass is microbatch 0's forward, which nothing on the rank delays, so an ASAP
+    run starts it the moment its input arrives; on the grid that moment is floor(real time / step).
+    Without this pin the model could shorten a rank's span by starting it late, which no executor
+    does; with it, for any fixed order, the best span the model can find is the ASAP run's.
+    """
     bounds = rank_bounds(grid, grid.passes)
     m, pl = grid.num_microbatches, grid.placement
     for r in range(grid.num_ranks):
@@ -167,6 +176,8 @@ def add_rank_windows(model: cp_model.CpModel, grid: Problem, v: Variables, horiz
         last = model.new_int_var(0, horizon, f"last_end_rank{r}")
         model.add_min_equality(first, firsts)
         model.add_max_equality(last, lasts)
+        if first_start_cap is not None:
+            model.add(first <= first_start_cap[r])
         model.add(last - first >= int(math.ceil(bounds[r].span - 1e-9)))
         model.add(last >= int(math.ceil(bounds[r].end - 1e-9)))
         v.rank_first.append(first)
@@ -225,14 +236,16 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             self._report(time.monotonic() - self._t0, int(self.objective_value), int(self.best_objective_bound))
 
 
-def build_model(grid: Problem, horizon: int, headroom: int = 0) -> tuple[cp_model.CpModel, Variables]:
+def build_model(
+    grid: Problem, horizon: int, headroom: int = 0, first_start_cap: list[int] | None = None,
+) -> tuple[cp_model.CpModel, Variables]:
     model = cp_model.CpModel()
     v = add_intervals(model, grid, horizon)
     add_dependencies(model, grid, v)
     add_one_pass_at_a_time(model, grid, v)
     add_symmetry_breaking(model, grid, v)
     add_memory(model, grid, v, headroom)
-    add_rank_windows(model, grid, v, horizon)
+    add_rank_windows(model, grid, v, horizon, first_start_cap)
     add_objective(model, grid, v, horizon)
     return model, v
 
@@ -240,10 +253,11 @@ def build_model(grid: Problem, horizon: int, headroom: int = 0) -> tuple[cp_mode
 def solve_grid(
     grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
     seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
+    first_start_cap: list[int] | None = None,
 ) -> ModelResult:
     """Build and solve the grid model; return the best starts found and the proven bound."""
     t0 = time.monotonic()
-    model, v = build_model(grid, horizon, headroom)
+    model, v = build_model(grid, horizon, headroom, first_start_cap)
     if hint:
         add_hint(model, grid, v, hint)
     solver = cp_model.CpSolver()

@@ -35,14 +35,14 @@ import itertools
 import math
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 from .errors import InfeasibleError, PreconditionError, ScheduleError
 from .ir import Action, Kind, Placement, Schedule, build, linear
 from .memory import MemoryLimit
 from .profile import Profile, StageCost
 from .simulate import Timeline
-from .validate import validate
+from .validate import memory_problems, validate
 
 Objective = Literal["makespan", "span"]
 OBJECTIVES = ("makespan", "span")
@@ -153,7 +153,23 @@ class _CannotFit(Exception):
     """A variant painted itself into a corner (no pending W left to free memory)."""
 
 
-def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) -> list[list[Action]]:
+@dataclass
+class _Result:
+    """An engine's per-rank orders and its own as-soon-as-possible timing of them (the same times
+    zbsearch.simulate computes), used to rank variants before paying for validation."""
+
+    order: list[list[Action]]
+    first_start: list[float]
+    last_end: list[float]
+    peak: list[float]       # highest activation level per rank, in the profile's memory unit
+
+    def cost(self, objective: str) -> float:
+        if objective == "makespan":
+            return max(self.last_end)
+        return max(e - s for s, e in zip(self.first_start, self.last_end))
+
+
+def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) -> _Result:
     p = profile.num_stages
     st = profile.stages
     Fc = [s.F for s in st]
@@ -173,6 +189,8 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
     endB = [[0.0] * m for _ in range(p)]
     bubble = [0.0] * p     # idle time after the rank's first F: what a later gap is weighed against
     order: list[list[Action]] = [[] for _ in range(p)]
+    first_start = [0.0] * p
+    peak = [0.0] * p
 
     def level(j: int, extra_f: int = 0, minus_w: int = 0) -> float:
         return (f[j] + extra_f - b[j]) * mB[j] + (b[j] - w[j] - minus_w) * mW[j]
@@ -192,11 +210,14 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
         start = max(e[j], ready)
         if f[j] > 0:
             bubble[j] += start - e[j]
+        else:
+            first_start[j] = start
         cost = {Kind.F: Fc, Kind.B: Bc, Kind.W: Wc}[kind][j]
         e[j] = start + cost
         if kind is Kind.F:
             endF[j][i] = e[j]
             f[j] += 1
+            peak[j] = max(peak[j], level(j))
         elif kind is Kind.B:
             endB[j][i] = e[j]
             b[j] += 1
@@ -295,13 +316,13 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
     for j in range(p):
         while w[j] < m:
             put(j, Kind.W)
-    return order
+    return _Result(order, first_start, e, peak)
 
 
 # -- the list engine (event-driven, any single-route placement) ---------------------------------
 
 def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
-          opt: GreedyOptions) -> list[list[Action]]:
+          opt: GreedyOptions) -> _Result:
     p = placement.num_ranks
     if len(placement.routes) != 1:
         raise PreconditionError(f"the list greedy needs a single-route placement, not {placement.name!r}")
@@ -324,6 +345,8 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
     endB = [[-1.0] * m for _ in range(n)]
     pendW: list[deque[int]] = [deque() for _ in range(p)]              # positions, in B order
     free = [0.0] * p
+    first_start = [-1.0] * p
+    peak = [0.0] * p
     order: list[list[Action]] = [[] for _ in range(p)]
     heap: list[tuple[float, int]] = [(0.0, r) for r in range(p)]
     total = 3 * n * m
@@ -387,14 +410,24 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
                 best = min(best, free[rank_of[k + 1]] + cost[k + 1].B + hop[k])
         return best
 
-    def run(r: int, k: int, kind: Kind, start: float) -> None:
+    def run(r: int, k: int, kind: Kind, now: float) -> None:
+        """Append a pass to rank r and time it as the simulator will: as soon as the rank is free
+        and its input has arrived (a W's input, its B, ended before the rank became free). A W
+        chosen at `now` to fill a gap therefore starts where the gap began."""
         nonlocal done
+        if kind is Kind.F:
+            start = max(free[r], f_arrival(k))
+        elif kind is Kind.B:
+            start = max(free[r], b_arrival(k))
+        else:
+            start = free[r]
         dur = {Kind.F: cost[k].F, Kind.B: cost[k].B, Kind.W: cost[k].W}[kind]
         end = start + dur
         if kind is Kind.F:
             i = nF[k]
             nF[k] += 1
             endF[k][i] = end
+            peak[r] = max(peak[r], level(r))
             if k + 1 < n:
                 heapq.heappush(heap, (end + hop[k], rank_of[k + 1]))
         elif kind is Kind.B:
@@ -409,9 +442,20 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
             i = nW[k]
             nW[k] += 1
         order[r].append(Action(route[k], kind, i))
+        if first_start[r] < 0:
+            first_start[r] = start
         free[r] = end
-        heapq.heappush(heap, (end, r))
+        # Decide again when the rank is free, but never before `now`: what arrived by `now` has
+        # been seen, and its wake-up event may already be spent.
+        heapq.heappush(heap, (max(end, now), r))
         done += 1
+
+    def sleep(r: int, now: float) -> None:
+        """Nothing to run: wake at the next known arrival (unknown ones push their own event when
+        their producer is placed)."""
+        known = [a for k in on_rank[r] for a in (f_arrival(k), b_arrival(k)) if a is not None and a > now]
+        if known:
+            heapq.heappush(heap, (min(known), r))
 
     while heap and done < total:
         t, r = heapq.heappop(heap)
@@ -432,49 +476,45 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
             pick = (ready_b[0], Kind.B)
         if pick is not None:
             run(r, pick[0], pick[1], t)
-            continue
-        if not pendW[r]:
-            continue           # sleep until an input arrives (an event is queued for it)
-        if any(admissible_after_w(r, k) for k in ready_f):
+        elif not pendW[r]:
+            sleep(r, t)
+        elif any(admissible_after_w(r, k) for k in ready_f):
             run(r, pendW[r][0], Kind.W, t)     # memory forces a W before the next forward
-            continue
-        nxt = lower_bound_arrival(r)
-        if opt.w_fill or math.isinf(nxt) or t + cost[pendW[r][0]].W <= nxt:
-            run(r, pendW[r][0], Kind.W, t)
+        elif opt.w_fill or free[r] + cost[pendW[r][0]].W <= lower_bound_arrival(r):
+            run(r, pendW[r][0], Kind.W, t)     # fill the gap
+        else:
+            sleep(r, t)
     if done < total:
         raise _CannotFit
-    return order
+    return _Result(order, first_start, free, peak)
 
 
 # -- public entry points ---------------------------------------------------------------------------
 
-def greedy(
-    profile: Profile, m: int, limit: MemoryLimit, *, placement: Placement | None = None,
-    options: GreedyOptions = GreedyOptions(),
-) -> Schedule:
-    """One greedy schedule for `m` microbatches under `limit`.
+def _is_linear(placement: Placement) -> bool:
+    p = placement.num_ranks
+    return placement.chunk_to_rank == tuple(range(p)) and placement.routes == (tuple(range(p)),)
 
-    Raises InfeasibleError when the limit cannot hold one microbatch on some rank (the message names
-    the minimum) or when this variant fails to fit the limit; PreconditionError when the engine does
-    not support the placement (the rounds engine needs a linear one)."""
+
+def _run_greedy(profile: Profile, m: int, limit: MemoryLimit, placement: Placement | None,
+                options: GreedyOptions) -> tuple[Schedule, _Result]:
     placement = placement or linear(profile.num_stages)
     if placement.num_ranks != profile.num_stages:
         raise PreconditionError(
             f"placement {placement.name!r} has {placement.num_ranks} ranks but profile {profile.name!r} has "
             f"{profile.num_stages} stages"
         )
-    if not isinstance(m, int) or m < 1:
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
         raise PreconditionError(f"greedy needs m >= 1 microbatches, got {m!r}")
     check_limit(profile, placement, limit)
     try:
         if options.engine == "rounds":
-            if placement.chunks_per_rank != 1 or placement.chunk_to_rank != tuple(range(placement.num_ranks)) \
-                    or placement.routes != (tuple(range(placement.num_ranks)),):
+            if not _is_linear(placement):
                 raise PreconditionError(
                     f"the rounds greedy needs a linear placement, not {placement.name!r}: use engine='list'")
-            order = _rounds(profile, m, limit, options)
+            res = _rounds(profile, m, limit, options)
         elif options.engine == "list":
-            order = _list(profile, m, limit, placement, options)
+            res = _list(profile, m, limit, placement, options)
         else:
             raise PreconditionError(f"unknown greedy engine {options.engine!r}: use 'rounds' or 'list'")
     except _CannotFit:
@@ -482,22 +522,37 @@ def greedy(
             f"greedy({options.label}) could not keep within memory limit {limit.text} for m={m}: "
             "try another variant or a larger limit"
         ) from None
-    return build(f"greedy({options.label})", placement, m, order, heuristic="greedy",
-                 variant=asdict(options), mem_limit=limit.text)
+    sched = build(f"greedy({options.label})", placement, m, res.order, heuristic="greedy",
+                  variant=asdict(options), mem_limit=limit.text)
+    return sched, res
+
+
+def greedy(
+    profile: Profile, m: int, limit: MemoryLimit, *, placement: Placement | None = None,
+    options: GreedyOptions = GreedyOptions(),
+) -> Schedule:
+    """One greedy schedule for `m` microbatches under `limit` (default placement: linear).
+
+    The schedule is named "greedy(<variant>)" and its meta records the variant's options. Raises
+    InfeasibleError when the limit cannot hold one microbatch on some rank (the message names the
+    minimum) or when this variant cannot keep within the limit; PreconditionError when the engine does
+    not support the placement (the rounds engine needs a linear one)."""
+    return _run_greedy(profile, m, limit, placement, options)[0]
 
 
 def _costs_apply(profile: Profile, placement: Placement) -> bool:
     """A chunked placement is costed from the profile only when the profile gives no per-chunk costs
-    (even split of each stage) or gives them for exactly this many chunks."""
+    (each stage split evenly) or gives them for exactly this many chunks; otherwise its numbers would
+    be made up."""
     if placement.num_ranks != profile.num_stages:
         return False
     return (placement.num_chunks == placement.num_ranks or profile.chunks is None
             or len(profile.chunks) == placement.num_chunks)
 
 
-def _handcrafted(p: int, m: int) -> Iterable[tuple[str, Schedule]]:
-    """Every registered generator that exists yet and is defined for (p, m); chunked ones with their
-    default chunk count and a few others."""
+def _handcrafted(p: int, m: int) -> Iterator[tuple[str, Schedule]]:
+    """Every registered generator whose module exists yet and that is defined for (p, m); chunked
+    ones with their default chunk count and a few others."""
     from . import schedules
 
     for name, gen in schedules.REGISTRY.items():
@@ -510,66 +565,115 @@ def _handcrafted(p: int, m: int) -> Iterable[tuple[str, Schedule]]:
             except PreconditionError:
                 continue
             except (ImportError, AttributeError):
-                break      # a colleague's module not written yet: picked up once it lands
+                break      # a colleague's module is not written yet: it is picked up once it lands
             yield (name if v is None else f"{name}(v={v})"), sched
+
+
+@dataclass
+class _Pending:
+    """A candidate before validation: its cost and peak by the cheap timing, for ordering."""
+
+    name: str
+    schedule: Schedule
+    key: tuple[float, float]
+    timeline: Timeline | None = None
+
+
+def _peak_units(profile: Profile, peaks: Iterable[float]) -> float:
+    return max(x / profile.stage_mem_B(r) for r, x in enumerate(peaks))
+
+
+def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handcrafted: bool,
+             placements: Iterable[Placement] | None, extra: bool) -> list[_Pending]:
+    """Every distinct candidate, timed cheaply: greedy ones by their engine (no simulation needed),
+    handcrafted ones by zbsearch.simulate. Identical schedules from different variants are kept once,
+    their other names listed in meta['same_as']."""
+    from .simulate import simulate
+
+    if objective not in OBJECTIVES:
+        raise PreconditionError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    p = profile.num_stages
+    check_limit(profile, linear(p), limit)
+    out: list[_Pending] = []
+    seen: dict[tuple, _Pending] = {}
+
+    def add(name: str, sched: Schedule, key: tuple[float, float], tl: Timeline | None = None) -> None:
+        ident = (sched.placement, sched.ranks)
+        if ident in seen:
+            seen[ident].schedule.meta.setdefault("same_as", []).append(name)
+            return
+        seen[ident] = _Pending(name, sched, key, tl)
+        out.append(seen[ident])
+
+    if handcrafted:
+        for name, sched in _handcrafted(p, m):
+            if not _costs_apply(profile, sched.placement):
+                continue
+            try:
+                tl = simulate(sched, profile)
+            except ScheduleError:
+                continue
+            if memory_problems(tl, limit):
+                continue       # over the limit: validation would reject it
+            add(name, sched, _rank_key(tl, objective), tl)
+    for placement in (placements or [linear(p)]):
+        if not _costs_apply(profile, placement):
+            continue
+        for opt in greedy_variants(placement, extra=extra):
+            try:
+                sched, res = _run_greedy(profile, m, limit, placement, opt)
+            except (InfeasibleError, PreconditionError):
+                continue
+            name = sched.name if _is_linear(placement) else f"{sched.name}@{placement.name}"
+            add(name, sched, (res.cost(objective), _peak_units(profile, res.peak)))
+    out.sort(key=lambda c: c.key)
+    return out
+
+
+def _rank_key(tl: Timeline, objective: str) -> tuple[float, float]:
+    cost = tl.makespan if objective == "makespan" else tl.span
+    return cost, _peak_units(tl.profile, (tl.peak_memory(r) for r in range(tl.num_ranks)))
 
 
 def candidates(
     profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", *,
     handcrafted: bool = True, placements: Iterable[Placement] | None = None, extra: bool = True,
 ) -> list[tuple[str, Schedule, Timeline]]:
-    """Every applicable handcrafted schedule and every greedy variant that validates under `limit`,
-    each with its validated timeline, sorted best first by `objective` (ties: lower peak memory).
+    """Every applicable handcrafted schedule and every greedy variant that passes
+    zbsearch.validate.validate under `limit`, each with its validated timeline, best first by
+    `objective` ('makespan' or 'span'; ties: lower peak memory in stage-M_B units). A schedule that
+    several variants produce appears once (the others are in its meta['same_as']).
 
-    `placements` are those the greedy variants run on (default: the linear one). Raises
-    InfeasibleError when the limit is below the minimum for a linear placement."""
-    if objective not in OBJECTIVES:
-        raise PreconditionError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
-    p = profile.num_stages
-    check_limit(profile, linear(p), limit)
+    `placements`: those the greedy variants run on (default: linear only); `extra`: also the variants
+    beyond the paper's eight. Raises InfeasibleError when the limit cannot hold one microbatch."""
     found: list[tuple[str, Schedule, Timeline]] = []
-
-    def consider(name: str, sched: Schedule) -> None:
-        if not _costs_apply(profile, sched.placement):
-            return
+    for c in _collect(profile, m, limit, objective, handcrafted, placements, extra):
         try:
-            tl = validate(sched, profile, limit)
+            tl = validate(c.schedule, profile, limit)
         except ScheduleError:
-            return
-        assert tl is not None
-        found.append((name, sched, tl))
-
-    if handcrafted:
-        for name, sched in _handcrafted(p, m):
-            consider(name, sched)
-    for placement in (placements or [linear(p)]):
-        if not _costs_apply(profile, placement):
             continue
-        for opt in greedy_variants(placement, extra=extra):
-            try:
-                sched = greedy(profile, m, limit, placement=placement, options=opt)
-            except (InfeasibleError, PreconditionError):
-                continue
-            consider(sched.name if placement.name == "linear" else f"{sched.name}@{placement.name}", sched)
+        assert tl is not None
+        found.append((c.name, c.schedule, tl))
     found.sort(key=lambda c: _rank_key(c[2], objective))
     return found
 
 
-def _rank_key(tl: Timeline, objective: Objective) -> tuple[float, float]:
-    cost = tl.makespan if objective == "makespan" else tl.span
-    peak = max(tl.peak_memory(r) / tl.profile.stage_mem_B(r) for r in range(tl.num_ranks))
-    return cost, peak
-
-
 def best(
-    profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", **kwargs: Any,
+    profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", *,
+    handcrafted: bool = True, placements: Iterable[Placement] | None = None, extra: bool = True,
 ) -> tuple[str, Schedule, Timeline]:
-    """The best candidate by `objective` ('makespan' or 'span'), ties broken by lower peak memory
-    (in units of each rank's stage M_B). Raises InfeasibleError when nothing fits."""
-    found = candidates(profile, m, limit, objective, **kwargs)
-    if not found:
-        raise InfeasibleError(
-            f"no heuristic schedule fits memory limit {limit.text} for p={profile.num_stages}, m={m}: "
-            "raise the limit"
-        )
-    return found[0]
+    """The best of `candidates` by `objective`, ties broken by lower peak memory: the same answer
+    as candidates(...)[0] (the engines' own timing is the simulator's, pass for pass), but it
+    validates candidates in order of that cheap timing only until one passes, since validating costs
+    about ten times more than running a greedy. Raises InfeasibleError when nothing fits."""
+    for c in _collect(profile, m, limit, objective, handcrafted, placements, extra):
+        try:
+            tl = validate(c.schedule, profile, limit)
+        except ScheduleError:
+            continue
+        assert tl is not None
+        return c.name, c.schedule, tl
+    raise InfeasibleError(
+        f"no heuristic schedule fits memory limit {limit.text} for p={profile.num_stages}, m={m}: "
+        "raise the limit"
+    )

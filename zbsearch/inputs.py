@@ -55,6 +55,29 @@ MemLimitOpt = Annotated[Optional[str], typer.Option(
          "bytes) or none.",
 )]
 
+# -- the search ------------------------------------------------------------------------------
+
+SEARCH_PANEL = "Search"
+ObjectiveOpt = Annotated[str, typer.Option(
+    "--objective", metavar="makespan|span", rich_help_panel=SEARCH_PANEL,
+    help="makespan: time 0 to the last pass (the optimizer step synchronizes ranks). span: each rank's "
+         "own first to last pass (no synchronizing step; the paper's ILP objective).",
+)]
+PlacementOpt = Annotated[str, typer.Option(
+    "--placement", metavar="linear|interleaved:V|v", rich_help_panel=SEARCH_PANEL,
+    help="Which chunks each rank holds: one stage per rank, V looped chunks per rank, or V-shape.",
+)]
+TimeLimitOpt = Annotated[float, typer.Option(
+    "--time-limit", metavar="SECONDS", rich_help_panel=SEARCH_PANEL, min=0.0,
+    help="Wall-clock budget for the whole search (heuristics and CP-SAT).",
+)]
+WorkersOpt = Annotated[int, typer.Option(
+    "--workers", metavar="N", rich_help_panel=SEARCH_PANEL, min=1, help="CP-SAT worker threads.",
+)]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", metavar="K", rich_help_panel=SEARCH_PANEL, help="CP-SAT random seed.",
+)]
+
 # -- output -----------------------------------------------------------------------------------
 
 JsonOpt = Annotated[bool, typer.Option(

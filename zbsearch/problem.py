@@ -124,6 +124,14 @@ class Problem:
             )
 
 
+def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear") -> Problem:
+    """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
+    from .memory import parse_mem_limit
+
+    return Problem(profile, parse_placement(placement, profile.num_stages), profile.microbatches,
+                   parse_mem_limit(mem_limit, profile), objective)
+
+
 def _producer(key: tuple[int, str, int]) -> Action:
     chunk, group, mb = key
     # The solver always splits the backward, so a 'BWD' input is the chunk's B (input gradient).

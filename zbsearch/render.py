@@ -194,3 +194,44 @@ def summary_table(summary: dict[str, Any]) -> Table:
     )
     table.caption_justify = "left"
     return table
+
+
+class SolveProgress:
+    """A live line while the solver runs: elapsed time, incumbent, bound and gap. Silent when disabled
+    (--json, or output that is not a terminal), so scripts get only the final answer."""
+
+    def __init__(self, console: Any, enabled: bool):
+        from rich.live import Live
+
+        self._console = console
+        self._live = Live(Text("searching..."), console=console, transient=True, refresh_per_second=4) if enabled else None
+
+    def __enter__(self) -> "SolveProgress":
+        if self._live is not None:
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def update(self, event: Any) -> None:
+        if self._live is None:
+            return
+        gap = 0.0 if event.incumbent <= 0 else max(0.0, (event.incumbent - event.bound) / event.incumbent)
+        self._live.update(Text.assemble(
+            (f"{event.elapsed:6.1f}s ", "dim"), (f"{event.phase:10s} ", "bold"),
+            f"incumbent {fmt_number(event.incumbent)}  bound {fmt_number(event.bound)}  ",
+            (f"gap {gap:.2%}", "green" if gap < 0.01 else "yellow"),
+        ))
+
+
+def solve_headline(summary: dict[str, Any]) -> Text:
+    """One line on what the search proved: status, bound, gap, time and where it started from."""
+    return Text.assemble(
+        ("search: ", "bold"), (summary["status"], "green" if summary["status"] == "optimal" else "yellow"),
+        f"  {summary['objective']} {fmt_number(summary['objective_value'])}",
+        f"  lower bound {fmt_number(summary['lower_bound'])} (bubble >= {summary['bubble_rate_lower_bound']:.4f})",
+        f"  gap {summary['gap']:.2%}  in {summary['solve_seconds']:.1f}s",
+        f"  from {summary['start_heuristic']} ({fmt_number(summary['heuristic_objective'])})",
+    )

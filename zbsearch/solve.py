@@ -151,7 +151,9 @@ def solve(
             if progress:
                 progress(Progress(time.monotonic() - t0, min(best_obj, obj * step), max(lb, _real_bound(problem, bound, step)), "cp-sat"))
 
-        result = solve_grid(grid, hint=hint, horizon=horizon, time_limit=remaining, workers=workers, seed=seed, progress=on_solution)
+        caps = [int(math.floor(b.head / step + 1e-9)) for b in rank_bounds(problem, problem.passes)]
+        result = solve_grid(grid, hint=hint, horizon=horizon, time_limit=remaining, workers=workers, seed=seed,
+                            progress=on_solution, first_start_cap=caps)
         details.update({"cpsat_status": result.status, "grid_step": step, "cpsat_seconds": result.wall})
         if result.status in ("optimal", "feasible"):
             lb = max(lb, _real_bound(problem, result.bound, step))
@@ -175,8 +177,19 @@ def solve(
 
 
 def _real_bound(problem: Problem, grid_bound: int, step: float) -> float:
-    # See cpsat.py: the grid is a relaxation; span can lose one step at a rank's first start.
-    return step * grid_bound if problem.objective == "makespan" else step * (grid_bound - 1)
+    """The real-time bound that a grid bound proves (see cpsat.py): the grid is a relaxation, and a
+    span can lose one step at a rank's first start unless every time is an exact multiple of the
+    step, in which case real schedules map onto the grid exactly."""
+    if problem.objective == "makespan" or grid_is_exact(problem, step):
+        return step * grid_bound
+    return step * (grid_bound - 1)
+
+
+def grid_is_exact(problem: Problem, step: float) -> bool:
+    def whole(x: float) -> bool:
+        return abs(x / step - round(x / step)) < 1e-9
+
+    return all(whole(ps.duration) and all(whole(h) for _, h in ps.inputs) for ps in problem.passes)
 
 
 def _horizon(problem: Problem, incumbent: Timeline, step: float) -> int:

@@ -23,9 +23,10 @@ queues its W, and the W steps pop that queue oldest first, as DeepSeek's WeightG
 rank where the two directions meet (h = P-1) runs its first F0 and B1 apart rather than overlapped,
 as DeepSeek does to shrink the bubble further.
 
-Peak activation memory: p+1 stages for DualPipe, p+1/2 for DualPipeV. Idle time per rank under
-uniform F = B = W and no communication matches DeepSeek's (P'/2 - 1)(F&B + B - 3W), with B the FULL
-backward and P' the number of stages in one direction's pipeline (p for DualPipe, 2p for DualPipeV).
+Peak activation memory: p+1 stages for DualPipe, p+1/2 for DualPipeV. Idle time per rank on uniform
+stages with no communication is DeepSeek's (P'/2 - 1)(F&B + B - 3W) exactly when F = B (input
+backward) and W <= F, reading B in the formula as DeepSeek does, the FULL backward of a chunk, F&B as
+F + full backward, and P' as the stages one direction flows through (p for DualPipe, 2p for DualPipeV).
 """
 
 from __future__ import annotations

@@ -1,0 +1,200 @@
+"""Solver benchmark: every handcrafted schedule, the best heuristic, zbsearch and its proven bound.
+
+Regenerate with:  python bench/solve_bench.py            (all sections, about an hour on 2 cores)
+                  python bench/solve_bench.py --only table5-span,small   (some sections)
+Writes results/solve_bench.md and results/solve_bench.json. Wall times are of this machine, same run.
+
+Sections:
+- table5-span / table5-makespan: the Zero Bubble paper's 12 Table 5 setups (profiles/zb-paper-*.json),
+  at the 1p and 2p limits, next to the paper's ZB-1p / ZB-2p figures (span).
+- hetero: first stage 1.2x, last 1.5x the others, comm 5% of F, M_W = M_B / 2; zbsearch against
+  every handcrafted schedule that fits the same limit.
+- small: p*m <= 64, where zbsearch should prove optimality.
+- scale: p=32, m=256 under a 120 s limit, with the process's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+from zbsearch.errors import PreconditionError
+from zbsearch.memory import parse_mem_limit
+from zbsearch.problem import make_problem
+from zbsearch.profile import Profile, load_profile
+from zbsearch.schedules import REGISTRY, generate
+from zbsearch.solve import solve
+from zbsearch.validate import check
+
+ROOT = Path(__file__).resolve().parent.parent
+HANDCRAFTED = [name for name in REGISTRY if name not in ("gpipe",)]
+# Table 5 of the paper (ZB-1p, ZB-2p columns: its greedy scheduler, span convention).
+PAPER = {
+    ("1.5b", 24): (.1585, .0433), ("1.5b", 32): (.1242, .0039), ("1.5b", 64): (.0674, .0026),
+    ("6.2b", 24): (.1323, .0029), ("6.2b", 32): (.1045, .0022), ("6.2b", 64): (.0554, .0010),
+    ("14.6b", 48): (.1397, .0066), ("14.6b", 64): (.1088, .0054), ("14.6b", 128): (.0576, .0028),
+    ("28.3b", 96): (.1421, .0038), ("28.3b", 128): (.1106, .0029), ("28.3b", 256): (.0594, .0018),
+}
+
+
+def hetero_profile(p: int, m: int) -> Profile:
+    stages = []
+    for r in range(p):
+        k = 1.2 if r == 0 else 1.5 if r == p - 1 else 1.0
+        stages.append({"F": 100 * k, "B": 100 * k, "W": 80 * k, "mem_B": 1.0 * k, "mem_W": 0.5 * k})
+    return Profile.from_dict({
+        "name": f"hetero p={p}", "num_stages": p, "microbatches": m, "time_unit": "unit", "stages": stages,
+        "comm": 5.0, "source": {"kind": "estimated", "method": "synthetic: first stage 1.2x, last 1.5x (embedding, loss), comm 5% of F"},
+    })
+
+
+def handcrafted_rows(profile: Profile, limit_text: str, objective: str) -> dict[str, float | None]:
+    """Bubble rate of every handcrafted schedule on this profile; None where it breaks the limit or
+    is not defined for these p, m."""
+    limit = parse_mem_limit(limit_text, profile)
+    out: dict[str, float | None] = {}
+    for name in HANDCRAFTED:
+        try:
+            sched = generate(name, profile.num_stages, profile.microbatches)
+        except PreconditionError:
+            continue
+        report = check(sched, profile, limit)
+        if report.timeline is None:
+            continue
+        rate = report.timeline.bubble_rate_span if objective == "span" else report.timeline.bubble_rate_makespan
+        out[name] = rate if report.ok else None
+    return out
+
+
+def run_one(profile: Profile, limit: str, objective: str, time_limit: float) -> dict:
+    problem = make_problem(profile, limit, objective)
+    t0 = time.monotonic()
+    result = solve(problem, time_limit=time_limit)
+    rep = result.report()
+    key = f"bubble_rate_{objective}"
+    heur_tl_rate = 1 - sum(rep["work_per_rank"]) / (problem.num_ranks * result.heuristic_objective)
+    return {
+        "profile": profile.name, "p": profile.num_stages, "m": profile.microbatches, "limit": limit,
+        "objective": objective, "handcrafted": handcrafted_rows(profile, limit, objective),
+        "best_heuristic": result.start_heuristic, "heuristic_bubble": heur_tl_rate,
+        "zbsearch_bubble": rep[key], "bound_bubble": rep["bubble_rate_lower_bound"], "gap": rep["gap"],
+        "status": rep["status"], "wall_s": time.monotonic() - t0, "cpsat": rep.get("cpsat_status"),
+        "peak_memory": max(rep["peak_memory_per_rank"]),
+    }
+
+
+def section_table5(objective: str, time_limit: float) -> list[dict]:
+    rows = []
+    for (model, m), (paper1, paper2) in PAPER.items():
+        prof = load_profile(ROOT / "profiles" / f"zb-paper-{model}-m{m}.json")
+        for limit, paper in (("1p", paper1), ("2p", paper2)):
+            row = run_one(prof, limit, objective, time_limit)
+            row["paper"] = paper if objective == "span" else None
+            rows.append(row)
+            print(_line(row), flush=True)
+    return rows
+
+
+def section_hetero(time_limit: float) -> list[dict]:
+    rows = []
+    for m in (24, 32):
+        prof = hetero_profile(8, m)
+        for limit in ("0.5p", "1p", "2p"):
+            for objective in ("makespan", "span"):
+                row = run_one(prof, limit, objective, time_limit)
+                rows.append(row)
+                print(_line(row), flush=True)
+    return rows
+
+
+def section_small(time_limit: float) -> list[dict]:
+    rows = []
+    for p, m in ((4, 8), (4, 16), (8, 8)):
+        prof = hetero_profile(p, m)
+        for limit in ("0.5p", "1p", "2p"):
+            for objective in ("makespan", "span"):
+                row = run_one(prof, limit, objective, time_limit)
+                rows.append(row)
+                print(_line(row), flush=True)
+    return rows
+
+
+def section_scale(time_limit: float) -> list[dict]:
+    prof = load_profile(ROOT / "profiles" / "zb-paper-28.3b-m256.json")
+    rows = []
+    for limit in ("1p", "2p"):
+        row = run_one(prof, limit, "makespan", time_limit)
+        row["max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        rows.append(row)
+        print(_line(row), flush=True)
+    return rows
+
+
+def _line(row: dict) -> str:
+    return (f"{row['profile']:24s} m={row['m']:<4d} {row['limit']:5s} {row['objective']:8s} "
+            f"heur={row['heuristic_bubble']:.4f} zbsearch={row['zbsearch_bubble']:.4f} bound={row['bound_bubble']:.4f} "
+            f"gap={row['gap']:.4f} {row['status']:8s} {row['wall_s']:.1f}s")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def markdown(sections: dict[str, list[dict]], command: str) -> str:
+    out = [f"# Solver benchmark\n\nRegenerate: `{command}`\n",
+           "Bubble rate = 1 - sum(work) / (p x cost), cost = makespan or max span as the objective says. "
+           "'bound' is the bubble rate of zbsearch's proven lower bound: no schedule under that limit does "
+           "better. Handcrafted columns: '-' = breaks the limit or not defined for this p, m. Wall times: "
+           "this 2-core machine, one run.\n"]
+    for name, rows in sections.items():
+        if not rows:
+            continue
+        out.append(f"\n## {name}\n")
+        hc = [h for h in HANDCRAFTED if any(h in r["handcrafted"] for r in rows)]
+        cols = ["setup", "m", "limit", "objective"] + hc + ["best heuristic", "heuristic", "zbsearch", "bound", "gap", "status", "wall s"]
+        if any(r.get("paper") is not None for r in rows):
+            cols.insert(cols.index("zbsearch"), "paper ZB-1p/2p")
+        if any("max_rss_gib" in r for r in rows):
+            cols.append("peak RSS GiB")
+        out.append("| " + " | ".join(cols) + " |")
+        out.append("|" + "---|" * len(cols))
+        for r in rows:
+            cells = [r["profile"], str(r["m"]), r["limit"], r["objective"]] + [_fmt(r["handcrafted"].get(h)) for h in hc]
+            cells += [r["best_heuristic"], _fmt(r["heuristic_bubble"])]
+            if "paper ZB-1p/2p" in cols:
+                cells.append(_fmt(r.get("paper")))
+            cells += [_fmt(r["zbsearch_bubble"]), _fmt(r["bound_bubble"]), f"{r['gap']:.2%}", r["status"], f"{r['wall_s']:.1f}"]
+            if "peak RSS GiB" in cols:
+                cells.append(f"{r.get('max_rss_gib', float('nan')):.2f}")
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="table5-span,table5-makespan,hetero,small,scale")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--scale-time-limit", type=float, default=120.0)
+    ap.add_argument("--out", default=str(ROOT / "results" / "solve_bench"))
+    args = ap.parse_args(argv)
+    wanted = args.only.split(",")
+    runners = {
+        "table5-span": lambda: section_table5("span", args.time_limit),
+        "table5-makespan": lambda: section_table5("makespan", args.time_limit),
+        "hetero": lambda: section_hetero(args.time_limit),
+        "small": lambda: section_small(args.time_limit),
+        "scale": lambda: section_scale(args.scale_time_limit),
+    }
+    sections = {name: runners[name]() for name in runners if name in wanted}
+    command = "python bench/solve_bench.py" + ("" if len(argv) == 0 else " " + " ".join(argv))
+    Path(args.out + ".md").write_text(markdown(sections, command))
+    Path(args.out + ".json").write_text(json.dumps(sections, indent=1) + "\n")
+    print(f"wrote {args.out}.md and .json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
