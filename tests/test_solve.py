@@ -139,3 +139,17 @@ def test_cli_solve_infeasible_is_one_line():
     res = CliRunner().invoke(app, ["solve", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "0.1p"])
     assert res.exit_code == 1
     assert "smallest feasible limit" in res.output and "Traceback" not in res.output
+
+
+def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
+    from zbsearch.problem import make_problems
+    from zbsearch.solve import solve_placements
+
+    prof = uniform_profile(1, 1, 1, p=4, m=8)
+    problems = make_problems(prof, "1p", "makespan", "auto")
+    assert [pr.placement.name for pr in problems] == ["linear", "v"]
+    best = solve_placements(problems, time_limit=20)
+    each = best.details["placements"]
+    assert best.objective == min(v["objective"] for v in each.values())
+    assert best.lower_bound == min(v["lower_bound"] for v in each.values())
+    validate(best.schedule, prof, best.problem.limit)

@@ -28,6 +28,7 @@ from .inputs import (
 )
 from .ir import Schedule
 from .memory import MemoryLimit, parse_mem_limit
+from .problem import make_problems
 from .profile import Profile, profile_schema
 from . import render
 from .render import fmt_number, gantt, headline, summary_table
@@ -125,6 +126,9 @@ def baseline(
     mem_limit: MemLimitOpt = None,
     output: OutputOpt = None,
     json_out: JsonOpt = False,
+    memory_curve: Annotated[bool, typer.Option(
+        "--memory-curve", rich_help_panel="Output",
+        help="With --json: add each rank's activation memory over time (memory_curve_per_rank).")] = False,
 ) -> None:
     """Generate a handcrafted schedule, validate and simulate it on the profile, and summarize it.
 
@@ -137,7 +141,7 @@ def baseline(
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)
-    summary = summarize(report.timeline, limit, valid=report.ok)
+    summary = summarize(report.timeline, limit, valid=report.ok, memory_curve=memory_curve)
     reason = _reason(report, schedule.name)
     if reason:
         summary["reason"] = reason
@@ -249,11 +253,12 @@ def solve(
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     prof = load_problem(profile, uniform, p, m, uniform_memory)
-    problem = search.make_problem(prof, mem_limit, objective, placement)
+    problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
     out = _stdout()
     live = not json_out and out.is_terminal
     with render.SolveProgress(out, enabled=live) as progress:
-        result = search.solve(problem, time_limit=time_limit, workers=workers, seed=seed, progress=progress.update)
+        result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
+                                         progress=progress.update)
     summary = result.report()
     if output is not None:
         result.schedule.save(output)
@@ -284,6 +289,9 @@ def list_schedules() -> None:
 def schema() -> None:
     """Print the JSON Schema (draft 2020-12) of the profile format."""
     _print_json(profile_schema())
+
+
+# -- more commands register here: one line per module, `from .cli_x import register; register(app)` --
 
 
 def main() -> None:

@@ -30,19 +30,18 @@ zbsearch.validate, and `best` returns the best by the objective.
 from __future__ import annotations
 
 import heapq
-import importlib
 import itertools
 import math
 from collections import deque
-from dataclasses import asdict, dataclass
-from typing import Iterable, Iterator, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from .errors import InfeasibleError, PreconditionError, ScheduleError
 from .ir import Action, Kind, Placement, Schedule, build, linear
 from .memory import MemoryLimit
 from .profile import Profile, StageCost
 from .simulate import Timeline
-from .validate import memory_problems, validate
+from .validate import validate
 
 Objective = Literal["makespan", "span"]
 OBJECTIVES = ("makespan", "span")
@@ -69,9 +68,10 @@ class GreedyOptions:
     b_first: when both an F and a B could run, prefer the B (it frees memory and releases the rank
         upstream). In the rounds engine this lets a rank that is two or more forwards ahead of its
         successor skip a round's F when that F would delay the coming B.
-    w_fill: fill an idle gap with a W even when the gap is no larger than the largest bubble already
-        incurred (rounds) / even when the W does not fit in the gap (list). Off: only W passes that
-        fit in the gap, that memory forces, and the drain.
+    w_fill: what to do with an idle gap that no pending W fits into (W passes that fit, that memory
+        forces, and the drain are always run). On: run a W anyway, and the next F or B waits for it.
+        Off: the list engine leaves the gap idle; the rounds engine leaves it idle only when it is no
+        larger than the largest bubble some rank already has (the paper's rule), else runs the W.
     warmup: rounds engine: None for the paper's estimate of warm-up forwards; an integer k caps rank
         r's warm-up forwards at k*(p-1-r) (k=1 is ZB-H1's warm-up, 2 is ZB-H2's), always within the
         memory limit. List engine: caps the microbatches in flight on rank r at k*(p-r) (None: memory
@@ -100,7 +100,7 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True) -
     """The variants `candidates` tries for a placement: the paper's 8 switches of the rounds engine
     (linear placement only), capped warm-ups when `extra`, and the list engine's variants."""
     out: list[GreedyOptions] = []
-    if placement is None or placement.name == "linear" or placement.chunks_per_rank == 1:
+    if placement is None or _is_linear(placement):
         for bubble, bfirst, fill in itertools.product((False, True), repeat=3):
             out.append(GreedyOptions("rounds", bubble, bfirst, fill))
         if extra:
@@ -110,8 +110,10 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True) -
     for bfirst, fill in itertools.product((True, False), repeat=2):
         out.append(GreedyOptions("list", False, bfirst, fill))
     if extra:
-        for k in (1, 2):
-            out.append(GreedyOptions("list", False, True, False, warmup=k))
+        # Capping the microbatches in flight (1F1B's p-r, or twice that) often beats admitting as
+        # many as memory allows: measured on random heterogeneous profiles, these four win most.
+        for bfirst, fill, k in ((True, False, 1), (True, False, 2), (True, True, 1), (False, True, 1)):
+            out.append(GreedyOptions("list", False, bfirst, fill, warmup=k))
     return out
 
 
@@ -143,7 +145,7 @@ def check_limit(profile: Profile, placement: Placement, limit: MemoryLimit) -> N
                 f"memory limit {limit.text} gives rank {r} {cap:g} ({cap / unit:.4g} x its stage M_B) but one "
                 f"microbatch in flight needs {n:g} ({n / unit:.4g} x M_B): the minimum is "
                 f"{max(x / profile.stage_mem_B(q) for q, x in enumerate(need)) / p:.4g}p "
-                f"(= 1/{p} p for a linear placement); raise --mem-limit"
+                f"(one microbatch's M_B on every rank; 1/{p} p when chunks split stages evenly): raise --mem-limit"
             )
 
 
@@ -158,7 +160,7 @@ class _Result:
     """An engine's per-rank orders and its own as-soon-as-possible timing of them (the same times
     zbsearch.simulate computes), used to rank variants before paying for validation."""
 
-    order: list[list[Action]]
+    order: list[list[tuple[int, Kind, int]]]    # per rank: (chunk, kind, microbatch)
     first_start: list[float]
     last_end: list[float]
     peak: list[float]       # highest activation level per rank, in the profile's memory unit
@@ -170,6 +172,9 @@ class _Result:
 
 
 def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) -> _Result:
+    """The paper's scheduler on rank = stage. Passes of one kind run in microbatch order on every
+    rank, so the state is three counters per rank plus each placed pass's end time; each pass is
+    timed as soon as its rank is free and its input has arrived, as the simulator will time it."""
     p = profile.num_stages
     st = profile.stages
     Fc = [s.F for s in st]
@@ -188,9 +193,10 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
     endF = [[0.0] * m for _ in range(p)]
     endB = [[0.0] * m for _ in range(p)]
     bubble = [0.0] * p     # idle time after the rank's first F: what a later gap is weighed against
-    order: list[list[Action]] = [[] for _ in range(p)]
+    order: list[list[tuple[int, Kind, int]]] = [[] for _ in range(p)]
     first_start = [0.0] * p
     peak = [0.0] * p
+    dur = {Kind.F: Fc, Kind.B: Bc, Kind.W: Wc}
 
     def level(j: int, extra_f: int = 0, minus_w: int = 0) -> float:
         return (f[j] + extra_f - b[j]) * mB[j] + (b[j] - w[j] - minus_w) * mW[j]
@@ -212,8 +218,7 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
             bubble[j] += start - e[j]
         else:
             first_start[j] = start
-        cost = {Kind.F: Fc, Kind.B: Bc, Kind.W: Wc}[kind][j]
-        e[j] = start + cost
+        e[j] = start + dur[kind][j]
         if kind is Kind.F:
             endF[j][i] = e[j]
             f[j] += 1
@@ -223,7 +228,7 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
             b[j] += 1
         else:
             w[j] += 1
-        order[j].append(Action(j, kind, i))
+        order[j].append((j, kind, i))
 
     def fill_gap(j: int, arrival: float) -> None:
         """W passes before a pass whose input arrives at `arrival`: every W that ends by then, then
@@ -310,6 +315,8 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
             if j + 1 < p:
                 fill_gap(j, endB[j + 1][i] + hop[j])
             if j == 0 and f[j] == m:
+                # Rank 0 has nothing left to forward: every gap until its last B is drain, so
+                # clear the held W now rather than leave them all to the tail of its span.
                 while w[j] < b[j]:
                     put(j, Kind.W)
             put(j, Kind.B)
@@ -323,6 +330,10 @@ def _rounds(profile: Profile, m: int, limit: MemoryLimit, opt: GreedyOptions) ->
 
 def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
           opt: GreedyOptions) -> _Result:
+    """Event-driven list scheduling: a heap of (time, rank) decision points; at each, the rank runs
+    a ready B or F (by `b_first`), else a W (memory-forced, gap-filling or drain), else sleeps until
+    its next input arrives. Passes are identified by route position k; passes of one kind run in
+    microbatch order per chunk."""
     p = placement.num_ranks
     if len(placement.routes) != 1:
         raise PreconditionError(f"the list greedy needs a single-route placement, not {placement.name!r}")
@@ -347,7 +358,7 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
     free = [0.0] * p
     first_start = [-1.0] * p
     peak = [0.0] * p
-    order: list[list[Action]] = [[] for _ in range(p)]
+    order: list[list[tuple[int, Kind, int]]] = [[] for _ in range(p)]
     heap: list[tuple[float, int]] = [(0.0, r) for r in range(p)]
     total = 3 * n * m
     done = 0
@@ -441,7 +452,7 @@ def _list(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
             k = pendW[r].popleft()
             i = nW[k]
             nW[k] += 1
-        order[r].append(Action(route[k], kind, i))
+        order[r].append((route[k], kind, i))
         if first_start[r] < 0:
             first_start[r] = start
         free[r] = end
@@ -496,9 +507,8 @@ def _is_linear(placement: Placement) -> bool:
     return placement.chunk_to_rank == tuple(range(p)) and placement.routes == (tuple(range(p)),)
 
 
-def _run_greedy(profile: Profile, m: int, limit: MemoryLimit, placement: Placement | None,
-                options: GreedyOptions) -> tuple[Schedule, _Result]:
-    placement = placement or linear(profile.num_stages)
+def _engine(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
+            options: GreedyOptions) -> _Result:
     if placement.num_ranks != profile.num_stages:
         raise PreconditionError(
             f"placement {placement.name!r} has {placement.num_ranks} ranks but profile {profile.name!r} has "
@@ -512,19 +522,21 @@ def _run_greedy(profile: Profile, m: int, limit: MemoryLimit, placement: Placeme
             if not _is_linear(placement):
                 raise PreconditionError(
                     f"the rounds greedy needs a linear placement, not {placement.name!r}: use engine='list'")
-            res = _rounds(profile, m, limit, options)
-        elif options.engine == "list":
-            res = _list(profile, m, limit, placement, options)
-        else:
-            raise PreconditionError(f"unknown greedy engine {options.engine!r}: use 'rounds' or 'list'")
+            return _rounds(profile, m, limit, options)
+        if options.engine == "list":
+            return _list(profile, m, limit, placement, options)
+        raise PreconditionError(f"unknown greedy engine {options.engine!r}: use 'rounds' or 'list'")
     except _CannotFit:
         raise InfeasibleError(
             f"greedy({options.label}) could not keep within memory limit {limit.text} for m={m}: "
             "try another variant or a larger limit"
         ) from None
-    sched = build(f"greedy({options.label})", placement, m, res.order, heuristic="greedy",
-                  variant=asdict(options), mem_limit=limit.text)
-    return sched, res
+
+
+def _schedule(res: _Result, placement: Placement, m: int, limit: MemoryLimit, options: GreedyOptions) -> Schedule:
+    ranks = [[Action(c, k, i) for c, k, i in rank] for rank in res.order]
+    return build(f"greedy({options.label})", placement, m, ranks, heuristic="greedy",
+                 variant=asdict(options), mem_limit=limit.text)
 
 
 def greedy(
@@ -537,7 +549,8 @@ def greedy(
     InfeasibleError when the limit cannot hold one microbatch on some rank (the message names the
     minimum) or when this variant cannot keep within the limit; PreconditionError when the engine does
     not support the placement (the rounds engine needs a linear one)."""
-    return _run_greedy(profile, m, limit, placement, options)[0]
+    placement = placement or linear(profile.num_stages)
+    return _schedule(_engine(profile, m, limit, placement, options), placement, m, limit, options)
 
 
 def _costs_apply(profile: Profile, placement: Placement) -> bool:
@@ -569,14 +582,115 @@ def _handcrafted(p: int, m: int) -> Iterator[tuple[str, Schedule]]:
             yield (name if v is None else f"{name}(v={v})"), sched
 
 
+def _quick(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[float, float, float] | None:
+    """(makespan, span, peak in stage-M_B units) of a schedule, timed exactly as zbsearch.simulate
+    times it (same dependencies, same float operations in the same order), or None when it
+    deadlocks or exceeds the limit by the validator's own tolerance. Only ranks candidates: whatever
+    `candidates` and `best` return has been through zbsearch.validate. It exists because the
+    simulator recomputes each chunk's cost for every pass, which made ranking a dozen handcrafted
+    schedules cost more than all greedy variants together."""
+    from .validate import MEMORY_RTOL
+
+    pl, m, p = schedule.placement, schedule.num_microbatches, schedule.num_ranks
+    if pl.num_ranks != profile.num_stages:
+        return None
+    cc = [profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
+    dur = {Kind.F: [c.F for c in cc], Kind.B: [c.B for c in cc], Kind.W: [c.W for c in cc],
+           Kind.FULL_B: [c.BW for c in cc]}
+    link: dict[tuple[int, int], tuple[tuple[int, float] | None, tuple[int, float] | None]] = {}
+    for ri, route in enumerate(pl.routes):
+        for k, c in enumerate(route):
+            before = (route[k - 1], profile.hop(pl, route[k - 1], c)) if k > 0 else None
+            after = (route[k + 1], profile.hop(pl, route[k + 1], c)) if k + 1 < len(route) else None
+            link[(ri, c)] = (before, after)
+    ridx = [pl.route_index(i, m) for i in range(m)]
+
+    def deps(a: Action) -> list[tuple[tuple[int, int, int], float]]:
+        before, after = link[(ridx[a.microbatch], a.chunk)]
+        if a.kind is Kind.F:
+            return [((before[0], 0, a.microbatch), before[1])] if before else []
+        if a.kind is Kind.W:
+            return [((a.chunk, 1, a.microbatch), 0.0)]
+        out = [((a.chunk, 0, a.microbatch), 0.0)]
+        if after:
+            out.append(((after[0], 1, a.microbatch), after[1]))
+        return out
+
+    group = {Kind.F: 0, Kind.B: 1, Kind.FULL_B: 1, Kind.W: 2}
+    try:
+        plan = [[([d for a in act.passes() for d in deps(a)],
+                  sum(dur[a.kind][a.chunk] for a in act.passes()) if act.kind is Kind.OVERLAP
+                  else dur[act.kind][act.chunk],
+                  [(a.chunk, group[a.kind], a.microbatch) for a in act.passes()], act)
+                 for act in rank] for rank in schedule.ranks]
+    except (KeyError, IndexError, TypeError):
+        return None        # malformed for this placement: let the validator say why, if it is chosen
+    end: dict[tuple[int, int, int], float] = {}
+    free = [0.0] * p
+    first = [None] * p
+    ptr = [0] * p
+    remaining = sum(len(r) for r in plan)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while ptr[r] < len(plan[r]):
+                ds, d, keys, _ = plan[r][ptr[r]]
+                ready = 0.0
+                for key, h in ds:
+                    t = end.get(key)
+                    if t is None:
+                        break
+                    ready = max(ready, t + h)
+                else:
+                    start = max(free[r], ready)
+                    finish = start + d
+                    for key in keys:
+                        end[key] = finish
+                    if first[r] is None:
+                        first[r] = start
+                    free[r] = finish
+                    ptr[r] += 1
+                    remaining -= 1
+                    progressed = True
+                    continue
+                break
+        if not progressed:
+            return None
+    peak_units = 0.0
+    for r in range(p):
+        level = peak = 0.0
+        for _, _, _, act in plan[r]:
+            passes = act.passes()
+            for a in passes:
+                if a.kind is Kind.F:
+                    level += cc[a.chunk].mem_B
+                    peak = max(peak, level)
+            for a in passes:
+                if a.kind is not Kind.F:
+                    level -= {Kind.B: cc[a.chunk].mem_B - cc[a.chunk].mem_W, Kind.W: cc[a.chunk].mem_W,
+                              Kind.FULL_B: cc[a.chunk].mem_B}[a.kind]
+        if peak > limit.per_rank[r] * (1 + MEMORY_RTOL) + 1e-12:
+            return None
+        peak_units = max(peak_units, peak / profile.stage_mem_B(r))
+    span = max(free[r] - (first[r] or 0.0) for r in range(p))
+    return max(free), span, peak_units
+
+
 @dataclass
 class _Pending:
-    """A candidate before validation: its cost and peak by the cheap timing, for ordering."""
+    """A candidate before validation, with its cheap (cost, peak) key for ordering."""
 
     name: str
-    schedule: Schedule
     key: tuple[float, float]
-    timeline: Timeline | None = None
+    make: Callable[[], Schedule]
+    ident: Any = None
+    aliases: list[str] = field(default_factory=list)
+
+    def schedule(self) -> Schedule:
+        s = self.make()
+        if self.aliases:
+            s.meta["same_as"] = list(self.aliases)
+        return s
 
 
 def _peak_units(profile: Profile, peaks: Iterable[float]) -> float:
@@ -585,47 +699,42 @@ def _peak_units(profile: Profile, peaks: Iterable[float]) -> float:
 
 def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handcrafted: bool,
              placements: Iterable[Placement] | None, extra: bool) -> list[_Pending]:
-    """Every distinct candidate, timed cheaply: greedy ones by their engine (no simulation needed),
-    handcrafted ones by zbsearch.simulate. Identical schedules from different variants are kept once,
-    their other names listed in meta['same_as']."""
-    from .simulate import simulate
-
+    """Every distinct candidate, ranked cheaply: greedy ones by their engine's own timing, handcrafted
+    ones by `_quick`. A schedule that several greedy variants produce is kept once (first name), the
+    other names in its meta['same_as']."""
     if objective not in OBJECTIVES:
         raise PreconditionError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
     p = profile.num_stages
     check_limit(profile, linear(p), limit)
     out: list[_Pending] = []
-    seen: dict[tuple, _Pending] = {}
-
-    def add(name: str, sched: Schedule, key: tuple[float, float], tl: Timeline | None = None) -> None:
-        ident = (sched.placement, sched.ranks)
-        if ident in seen:
-            seen[ident].schedule.meta.setdefault("same_as", []).append(name)
-            return
-        seen[ident] = _Pending(name, sched, key, tl)
-        out.append(seen[ident])
-
+    seen: dict[Any, _Pending] = {}
     if handcrafted:
         for name, sched in _handcrafted(p, m):
             if not _costs_apply(profile, sched.placement):
                 continue
-            try:
-                tl = simulate(sched, profile)
-            except ScheduleError:
-                continue
-            if memory_problems(tl, limit):
-                continue       # over the limit: validation would reject it
-            add(name, sched, _rank_key(tl, objective), tl)
+            quick = _quick(sched, profile, limit)
+            if quick is None:
+                continue       # deadlocks or over the limit: validation would reject it
+            cost = quick[0] if objective == "makespan" else quick[1]
+            out.append(_Pending(name, (cost, quick[2]), lambda s=sched: s))
     for placement in (placements or [linear(p)]):
         if not _costs_apply(profile, placement):
             continue
         for opt in greedy_variants(placement, extra=extra):
             try:
-                sched, res = _run_greedy(profile, m, limit, placement, opt)
+                res = _engine(profile, m, limit, placement, opt)
             except (InfeasibleError, PreconditionError):
                 continue
-            name = sched.name if _is_linear(placement) else f"{sched.name}@{placement.name}"
-            add(name, sched, (res.cost(objective), _peak_units(profile, res.peak)))
+            name = f"greedy({opt.label})" + ("" if _is_linear(placement) else f"@{placement.name}")
+            ident = (placement, tuple(tuple(r) for r in res.order))
+            if ident in seen:
+                seen[ident].aliases.append(name)
+                continue
+            key = (res.cost(objective), _peak_units(profile, res.peak))
+            seen[ident] = c = _Pending(
+                name, key, lambda res=res, placement=placement, opt=opt: _schedule(res, placement, m, limit, opt),
+                ident)
+            out.append(c)
     out.sort(key=lambda c: c.key)
     return out
 
@@ -638,22 +747,29 @@ def _rank_key(tl: Timeline, objective: str) -> tuple[float, float]:
 def candidates(
     profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", *,
     handcrafted: bool = True, placements: Iterable[Placement] | None = None, extra: bool = True,
+    top: int | None = None,
 ) -> list[tuple[str, Schedule, Timeline]]:
     """Every applicable handcrafted schedule and every greedy variant that passes
     zbsearch.validate.validate under `limit`, each with its validated timeline, best first by
     `objective` ('makespan' or 'span'; ties: lower peak memory in stage-M_B units). A schedule that
-    several variants produce appears once (the others are in its meta['same_as']).
+    several variants produce appears once (the others are named in its meta['same_as']).
 
-    `placements`: those the greedy variants run on (default: linear only); `extra`: also the variants
-    beyond the paper's eight. Raises InfeasibleError when the limit cannot hold one microbatch."""
+    `placements`: those the greedy variants run on (default: linear only; handcrafted schedules keep
+    their own); `extra`: also the variants beyond the paper's eight; `top`: validate (and return)
+    only the `top` best by the cheap ranking, since validating a large schedule takes seconds.
+    Raises InfeasibleError when the limit cannot hold one microbatch (the message names the minimum).
+    """
     found: list[tuple[str, Schedule, Timeline]] = []
     for c in _collect(profile, m, limit, objective, handcrafted, placements, extra):
+        if top is not None and len(found) >= top:
+            break
+        sched = c.schedule()
         try:
-            tl = validate(c.schedule, profile, limit)
+            tl = validate(sched, profile, limit)
         except ScheduleError:
             continue
         assert tl is not None
-        found.append((c.name, c.schedule, tl))
+        found.append((c.name, sched, tl))
     found.sort(key=lambda c: _rank_key(c[2], objective))
     return found
 
@@ -662,18 +778,14 @@ def best(
     profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", *,
     handcrafted: bool = True, placements: Iterable[Placement] | None = None, extra: bool = True,
 ) -> tuple[str, Schedule, Timeline]:
-    """The best of `candidates` by `objective`, ties broken by lower peak memory: the same answer
-    as candidates(...)[0] (the engines' own timing is the simulator's, pass for pass), but it
-    validates candidates in order of that cheap timing only until one passes, since validating costs
-    about ten times more than running a greedy. Raises InfeasibleError when nothing fits."""
-    for c in _collect(profile, m, limit, objective, handcrafted, placements, extra):
-        try:
-            tl = validate(c.schedule, profile, limit)
-        except ScheduleError:
-            continue
-        assert tl is not None
-        return c.name, c.schedule, tl
-    raise InfeasibleError(
-        f"no heuristic schedule fits memory limit {limit.text} for p={profile.num_stages}, m={m}: "
-        "raise the limit"
-    )
+    """The best of `candidates` by `objective`, ties broken by lower peak memory: the same answer as
+    candidates(...)[0] (the cheap ranking times passes exactly as the simulator does), but only the
+    winner is validated unless it fails. Raises InfeasibleError when nothing fits."""
+    found = candidates(profile, m, limit, objective, handcrafted=handcrafted, placements=placements,
+                       extra=extra, top=1)
+    if not found:
+        raise InfeasibleError(
+            f"no heuristic schedule fits memory limit {limit.text} for p={profile.num_stages}, m={m}: "
+            "raise the limit"
+        )
+    return found[0]

@@ -64,8 +64,9 @@ ObjectiveOpt = Annotated[str, typer.Option(
          "own first to last pass (no synchronizing step; the paper's ILP objective).",
 )]
 PlacementOpt = Annotated[str, typer.Option(
-    "--placement", metavar="linear|interleaved:V|v", rich_help_panel=SEARCH_PANEL,
-    help="Which chunks each rank holds: one stage per rank, V looped chunks per rank, or V-shape.",
+    "--placement", metavar="linear|interleaved:V|v|auto", rich_help_panel=SEARCH_PANEL,
+    help="Which chunks each rank holds: one stage per rank, V looped chunks per rank, V-shape (2 chunks "
+         "per rank), or auto: try linear and V-shape and keep the better.",
 )]
 TimeLimitOpt = Annotated[float, typer.Option(
     "--time-limit", metavar="SECONDS", rich_help_panel=SEARCH_PANEL, min=0.0,

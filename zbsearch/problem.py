@@ -49,7 +49,7 @@ def parse_placement(text: str, p: int) -> Placement:
         if chunks < 1:
             raise ZbsearchError(f"--placement {text!r}: write interleaved:V with V >= 1 chunks per rank, e.g. interleaved:2")
         return interleaved(p, chunks)
-    raise ZbsearchError(f"--placement {text!r} is not a placement: use linear, interleaved:V or v")
+    raise ZbsearchError(f"--placement {text!r} is not a placement: use linear, interleaved:V, v or auto")
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,13 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: str = "make
 
     return Problem(profile, parse_placement(placement, profile.num_stages), profile.microbatches,
                    parse_mem_limit(mem_limit, profile), objective)
+
+
+def make_problems(profile: Profile, mem_limit: str | None, objective: str, placement: str,
+                  auto: tuple[str, ...] = ("linear", "v")) -> list[Problem]:
+    """One problem per placement to try: `auto` tries each of `auto`, anything else just itself."""
+    names = auto if placement.strip().lower() == "auto" else (placement,)
+    return [make_problem(profile, mem_limit, objective, name) for name in names]
 
 
 def _producer(key: tuple[int, str, int]) -> Action:

@@ -8,9 +8,12 @@ from .memory import MemoryLimit
 from .simulate import Timeline
 
 
-def summarize(timeline: Timeline, limit: MemoryLimit | None = None, valid: bool = True) -> dict[str, Any]:
+def summarize(
+    timeline: Timeline, limit: MemoryLimit | None = None, valid: bool = True, memory_curve: bool = False,
+) -> dict[str, Any]:
     """One JSON-ready dict per schedule. Memory per rank is in units of that rank's whole-stage mem_B
-    (a chunk of a 2-chunk schedule holding one microbatch counts 0.5)."""
+    (a chunk of a 2-chunk schedule holding one microbatch counts 0.5). With `memory_curve`, it adds
+    each rank's activation memory over time as [time, level] points (same units), one per change."""
     schedule, profile = timeline.schedule, timeline.profile
     p = timeline.num_ranks
     peak = [timeline.peak_memory(r) for r in range(p)]
@@ -34,4 +37,8 @@ def summarize(timeline: Timeline, limit: MemoryLimit | None = None, valid: bool 
         "mem_limit": None if limit is None else limit.text,
         "valid": valid,
     }
+    if memory_curve:
+        out["memory_curve_per_rank"] = [
+            [[t, level / profile.stage_mem_B(r)] for t, level, _ in timeline.memory[r]] for r in range(p)
+        ]
     return out

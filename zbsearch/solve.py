@@ -13,13 +13,15 @@ from typing import Any, Callable
 
 from .bounds import lower_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
-from .errors import ZbsearchError
+from .errors import InfeasibleError, ZbsearchError
 from .ir import Action, Kind, Schedule, build
 from .problem import Problem, on_grid
 from .report import summarize
 from .simulate import Timeline, simulate
 from .validate import check
 
+# Finest grid the refinement goes to: the shortest pass in this many units.
+MAX_RESOLUTION = 320
 # Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
 OPTIMAL_RTOL = 1e-9
 
@@ -140,40 +142,110 @@ def solve(
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
 
-    remaining = time_limit - (time.monotonic() - t0)
-    if best_obj > lb * (1 + OPTIMAL_RTOL) and remaining > 0.5:
-        step = choose_step(problem, resolution)
-        grid = on_grid(problem, step)
-        hint = {slot.action: int(round(slot.start)) for slot in simulate(split_backward(best), grid.profile).iter_slots()}
-        horizon = _horizon(problem, best_tl, step)
-
-        def on_solution(elapsed: float, obj: int, bound: int) -> None:
-            if progress:
-                progress(Progress(time.monotonic() - t0, min(best_obj, obj * step), max(lb, _real_bound(problem, bound, step)), "cp-sat"))
-
-        caps = [int(math.floor(b.head / step + 1e-9)) for b in rank_bounds(problem, problem.passes)]
-        result = solve_grid(grid, hint=hint, horizon=horizon, time_limit=remaining, workers=workers, seed=seed,
-                            progress=on_solution, first_start_cap=caps)
-        details.update({"cpsat_status": result.status, "grid_step": step, "cpsat_seconds": result.wall})
-        if result.status in ("optimal", "feasible"):
-            lb = max(lb, _real_bound(problem, result.bound, step))
-            candidate = orders_from_starts(grid, result.starts, "zbsearch")
-            report = check(candidate, problem.profile, problem.limit)
-            if report.ok:
-                obj = objective_of(report.timeline, problem.objective)
-                if obj < best_obj * (1 - 1e-12):
-                    best, best_tl, best_obj = candidate, report.timeline, obj
-            else:
-                details["cpsat_rejected"] = report.problems[0]
-        elif result.status == "infeasible":
-            # The heuristic's schedule is feasible, so an infeasible grid model means the horizon or
-            # memory rounding cut it off; say so rather than hiding it.
-            details["cpsat_rejected"] = "grid model infeasible (horizon or memory rounding)"
+    # Solve on a coarse grid first; while CP-SAT proves each grid optimal and time remains, refine
+    # the grid: each grid's bound holds, and finer grids lose less time to rounding.
+    res = resolution
+    rounds: list[dict[str, Any]] = []
+    while best_obj > lb * (1 + OPTIMAL_RTOL) and time_limit - (time.monotonic() - t0) > 0.5:
+        step = choose_step(problem, res)
+        outcome = _grid_round(problem, best, best_tl, step, t0, time_limit, workers, seed, lb, best_obj, progress)
+        rounds.append({"grid_step": step, "cpsat_status": outcome.status, "cpsat_seconds": round(outcome.wall, 2)})
+        lb = max(lb, outcome.bound)
+        if outcome.rejected:
+            rounds[-1]["rejected"] = outcome.rejected
+        if outcome.timeline is not None:
+            obj = objective_of(outcome.timeline, problem.objective)
+            if obj < best_obj * (1 - 1e-12):
+                best, best_tl, best_obj = outcome.schedule, outcome.timeline, obj
+        if outcome.status != "optimal" or grid_is_exact(problem, step) or res >= MAX_RESOLUTION:
+            break
+        res *= 2
+    if rounds:
+        details.update(rounds[-1])
+        details["grid_rounds"] = rounds
     status = "optimal" if best_obj <= lb * (1 + OPTIMAL_RTOL) else "feasible"
     meta = dict(best.meta, solver="zbsearch", start_heuristic=name, objective=problem.objective)
     schedule = Schedule("zbsearch" if best is not starts[0][1] else name, best.placement, best.num_microbatches, best.ranks, meta)
     return SolveResult(problem, schedule, best_tl, best_obj, min(lb, best_obj), status,
                        time.monotonic() - t0, name, heuristic_obj, details)
+
+
+AUTO_PLACEMENTS = ("linear", "v")
+
+
+def solve_placements(
+    problems: list[Problem], *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
+    resolution: int = 20, progress: Callable[[Progress], None] | None = None,
+) -> SolveResult:
+    """Solve the same pipeline under several placements and return the best schedule.
+
+    Each placement gets an equal share of the time still left when its turn comes, so time a
+    placement does not need (it proved its optimum) goes to the next. The lower bound is the smallest
+    of the placements' bounds: the best schedule over all of them is no better than that.
+    """
+    t0 = time.monotonic()
+    results: list[SolveResult] = []
+    refused: list[InfeasibleError] = []
+    for k, problem in enumerate(problems):
+        share = (time_limit - (time.monotonic() - t0)) / (len(problems) - k)
+        try:
+            results.append(solve(problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
+                                 resolution=resolution, progress=progress))
+        except InfeasibleError as exc:
+            refused.append(exc)
+    if not results:
+        raise refused[0]
+    best = min(results, key=lambda r: (r.objective, max(r.timeline.peak_memory(q) for q in range(r.problem.num_ranks))))
+    best.lower_bound = min(r.lower_bound for r in results)
+    best.status = "optimal" if best.objective <= best.lower_bound * (1 + OPTIMAL_RTOL) else "feasible"
+    best.solve_seconds = time.monotonic() - t0
+    best.details["placements"] = {
+        r.problem.placement.name: {"objective": r.objective, "lower_bound": r.lower_bound, "status": r.status}
+        for r in results
+    }
+    return best
+
+
+@dataclass
+class _GridOutcome:
+    status: str
+    bound: float
+    schedule: Schedule | None
+    timeline: Timeline | None
+    wall: float
+    rejected: str | None = None
+
+
+def _grid_round(
+    problem: Problem, best: Schedule, best_tl: Timeline, step: float, t0: float, time_limit: float,
+    workers: int, seed: float, lb: float, best_obj: float, progress: Callable[[Progress], None] | None,
+) -> _GridOutcome:
+    """One CP-SAT solve on the grid of this step, hinted with the incumbent; its orders re-timed and
+    validated with the exact times."""
+    grid = on_grid(problem, step)
+    hint = {slot.action: int(round(slot.start)) for slot in simulate(split_backward(best), grid.profile).iter_slots()}
+    caps = [int(math.floor(b.head / step + 1e-9)) for b in rank_bounds(problem, problem.passes)]
+
+    def on_solution(elapsed: float, obj: int, bound: int) -> None:
+        if progress:
+            progress(Progress(time.monotonic() - t0, min(best_obj, obj * step),
+                              max(lb, _real_bound(problem, bound, step)), f"cp-sat {step:.3g}"))
+
+    result = solve_grid(grid, hint=hint, horizon=_horizon(problem, best_tl, step),
+                        time_limit=time_limit - (time.monotonic() - t0), workers=workers, seed=int(seed),
+                        progress=on_solution, first_start_cap=caps)
+    if result.status == "infeasible":
+        # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
+        # rounding cut it off: say so rather than hide it.
+        return _GridOutcome("infeasible", 0.0, None, None, result.wall, "grid model infeasible")
+    bound = _real_bound(problem, result.bound, step)
+    if not result.starts:
+        return _GridOutcome(result.status, bound, None, None, result.wall)
+    candidate = orders_from_starts(grid, result.starts, "zbsearch")
+    report = check(candidate, problem.profile, problem.limit)
+    if not report.ok:
+        return _GridOutcome(result.status, bound, None, None, result.wall, report.problems[0])
+    return _GridOutcome(result.status, bound, candidate, report.timeline, result.wall)
 
 
 def _real_bound(problem: Problem, grid_bound: int, step: float) -> float:
