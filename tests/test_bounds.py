@@ -1,0 +1,67 @@
+"""Lower bounds: never above the true optimum; and the Table 5 result they prove."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from zbsearch.bounds import lower_bound, rank_bounds
+from zbsearch.problem import make_problem
+from zbsearch.profile import Profile, load_profile, uniform_profile
+from zbsearch.schedules import generate
+from zbsearch.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def test_uniform_makespan_bound_is_the_known_optimum():
+    # With memory to spare the makespan optimum is (p-1)(F+c) + m(F+B+W).
+    prof = uniform_profile(3, 2, 1, 0.5, p=5, m=10)
+    assert lower_bound(make_problem(prof, "2p", "makespan")) == pytest.approx(4 * 3.5 + 10 * 6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("limit", ["0.5p", "1p", "2p"])
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_bound_never_exceeds_a_valid_schedule(seed, limit, objective):
+    """Every handcrafted schedule that fits the limit costs at least the bound."""
+    rng = random.Random(seed)
+    p, m = rng.randint(2, 5), rng.randint(2, 10)
+    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": 1.0,
+               "mem_W": rng.uniform(0.1, 0.9)} for _ in range(p)]
+    prof = Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
+                              "source": {"kind": "estimated", "method": "random test"}})
+    problem = make_problem(prof, limit, objective)
+    bound = lower_bound(problem)
+    for name in ("1f1b", "zb-h1", "zb-h2", "gpipe"):
+        tl = simulate(generate(name, p, m), prof)
+        if any(tl.peak_memory(r) > problem.limit.per_rank[r] + 1e-9 for r in range(p)):
+            continue
+        cost = tl.makespan if objective == "makespan" else tl.span
+        assert cost >= bound - 1e-9, f"{name} beats the 'lower bound'"
+
+
+def test_zb_h1_is_proven_optimal_at_1p_on_every_table5_setup():
+    """The paper's ZB-1p equals ZB-H1 in all 12 rows; the bound proves nothing better exists."""
+    from zb1p_proof import rows
+
+    table = rows()
+    assert len(table) == 12
+    for row in table:
+        for objective in ("span", "makespan"):
+            zbh1, bound, proven = row[objective]
+            assert proven, f"{row['setup']} {objective}: ZB-H1 {zbh1:.5f} vs bound {bound:.5f}"
+        assert round(row["span"][0], 4) == pytest.approx(row["paper_zb1p"], abs=1e-4)
+
+
+def test_start_and_end_idle_are_what_memory_cannot_cover():
+    # p=2, F=B=W=1, comm 0, limit 1 microbatch: the round trip is F+B = 2 after rank 0's first F
+    # starts (F0 on rank 0, F0 on rank 1, B0 on rank 1): 2F + B = 3, 1 forward fits: idle 2.
+    prof = uniform_profile(1, 1, 1, p=2, m=4)
+    rb = rank_bounds(make_problem(prof, "0.5p", "span"), make_problem(prof, "0.5p", "span").passes)
+    assert rb[0].start_idle == pytest.approx(2.0)
+    assert rb[1].start_idle == pytest.approx(0.0)
