@@ -55,10 +55,10 @@ def _limit(profile: Profile, factor: float) -> MemoryLimit:
     return MemoryLimit(f"{factor}p", tuple(max(factor * p, 1.0) * profile.stage_mem_B(r) for r in range(p)))
 
 
-def _variants():
+def _variants(chunked: bool = True):
     """Every linear variant; the list engine's four basic ones on the chunked placements."""
     yield from (("linear", opt) for opt in H.greedy_variants())
-    for placement_name in ("interleaved", "v"):
+    for placement_name in ("interleaved", "v") if chunked else ():
         yield from ((placement_name, opt) for opt in H.greedy_variants(vshape(2), extra=False))
 
 
@@ -71,7 +71,8 @@ def _placement(name: str, p: int):
 def test_every_variant_validates_under_its_limit(name: str, profile: Profile, m: int, factor: float) -> None:
     limit = _limit(profile, factor)
     built = 0
-    for placement_name, opt in _variants():
+    chunked = factor in (0.5, 1.0, 2.0)     # keeps the fast suite fast; the engine is the same
+    for placement_name, opt in _variants(chunked):
         placement = _placement(placement_name, profile.num_stages)
         sched = H.greedy(profile, m, limit, placement=placement, options=opt)
         tl = validate(sched, profile, limit)            # raises on any problem
@@ -81,7 +82,7 @@ def test_every_variant_validates_under_its_limit(name: str, profile: Profile, m:
             # Within the limit without the validator's 1e-9 slack.
             assert tl.peak_memory(r) <= limit.per_rank[r] * (1 + 1e-12)
         built += 1
-    assert built == len(list(_variants()))
+    assert built == len(list(_variants(chunked)))
 
 
 @pytest.mark.parametrize("name,profile,m", CASES[:4], ids=[c[0] for c in CASES[:4]])

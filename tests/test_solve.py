@@ -107,7 +107,7 @@ def test_memory_limit_exact_at_boundary():
 
 def test_infeasible_limit_states_the_minimum():
     prof = uniform_profile(1, 1, 1, p=4, m=8)
-    with pytest.raises(InfeasibleError, match=r"smallest feasible limit is 0\.25p"):
+    with pytest.raises(InfeasibleError, match=r"minimum is 0\.25p"):
         solve(make_problem(prof, "0.2p"), time_limit=5)
 
 

@@ -5,7 +5,7 @@ export/run; each step is a module, and a `Schedule` (ir.py) is the plain data th
 """
 
 from .errors import (
-    InfeasibleError, MemoryLimitError, PreconditionError, ProfileError, ScheduleError, ZbsearchError,
+    InfeasibleError, MemoryLimitError, PlanError, PreconditionError, ProfileError, ScheduleError, ZbsearchError,
 )
 from .ir import Action, Kind, Placement, Schedule
 from .memory import MemoryLimit, parse_mem_limit
@@ -18,7 +18,7 @@ from .validate import check, validate
 __version__ = "0.1.0"
 
 __all__ = [
-    "Action", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PreconditionError",
+    "Action", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PlanError", "PreconditionError",
     "Profile", "ProfileError", "Schedule", "ScheduleError", "StageCost", "Timeline", "ZbsearchError",
     "check", "generate", "load_profile", "parse_mem_limit", "parse_uniform", "simulate", "summarize",
     "uniform_profile", "validate",

@@ -29,3 +29,7 @@ class PreconditionError(ZbsearchError):
 
 class InfeasibleError(ZbsearchError):
     """No schedule fits the request (e.g. the memory limit is below the smallest feasible one)."""
+
+
+class PlanError(ZbsearchError):
+    """A planning input is out of range: p < 2, a target outside (0, 1), a batch that does not divide."""

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from .errors import InfeasibleError, PreconditionError, ScheduleError
 from .ir import Action, Kind, Placement, Schedule, build, linear
-from .memory import MemoryLimit
+from .memory import MemoryLimit, check_feasible, min_feasible_limit
 from .profile import Profile, StageCost
 from .simulate import Timeline
 from .validate import validate
@@ -119,34 +119,9 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True) -
 
 # -- limits --------------------------------------------------------------------------------------
 
-def min_limit(profile: Profile, placement: Placement) -> tuple[float, ...]:
-    """The smallest per-rank limit any schedule can meet: a microbatch's activations on a rank are
-    held from its first forward there until its last backward there, and that backward needs every
-    later chunk's forward first, so each rank must hold one microbatch's mem_B of all its chunks on a
-    route at once (for a linear placement, one stage mem_B: the limit "1/p p"). It is also enough:
-    one microbatch at a time, each W right after its B."""
-    need = [0.0] * placement.num_ranks
-    for route in placement.routes:
-        per = [0.0] * placement.num_ranks
-        for c in route:
-            per[placement.chunk_to_rank[c]] += profile.chunk_cost(placement, c).mem_B
-        need = [max(a, b) for a, b in zip(need, per)]
-    return tuple(need)
-
-
-def check_limit(profile: Profile, placement: Placement, limit: MemoryLimit) -> None:
-    """Raise InfeasibleError naming the minimum when some rank's limit cannot hold one microbatch."""
-    need = min_limit(profile, placement)
-    for r, (cap, n) in enumerate(zip(limit.per_rank, need)):
-        if not _fits(n, cap):
-            unit = profile.stage_mem_B(r)
-            p = placement.num_ranks
-            raise InfeasibleError(
-                f"memory limit {limit.text} gives rank {r} {cap:g} ({cap / unit:.4g} x its stage M_B) but one "
-                f"microbatch in flight needs {n:g} ({n / unit:.4g} x M_B): the minimum is "
-                f"{max(x / profile.stage_mem_B(q) for q, x in enumerate(need)) / p:.4g}p "
-                f"(one microbatch's M_B on every rank; 1/{p} p when chunks split stages evenly): raise --mem-limit"
-            )
+# One definition of the feasible minimum for every step (memory.py); the names stay for callers.
+min_limit = min_feasible_limit
+check_limit = check_feasible
 
 
 # -- the rounds engine (the paper's scheduler, per-stage costs) ---------------------------------

@@ -12,7 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .errors import MemoryLimitError
+from .errors import InfeasibleError, MemoryLimitError
+from .ir import Placement
 from .profile import Profile
 
 _UNITS = {
@@ -85,3 +86,34 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
         f"--mem-limit {text!r} is not a limit: write a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none"
     )
+
+
+def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, ...]:
+    """Per rank, the smallest activation limit any schedule can meet.
+
+    Necessary: on each rank a microbatch's forwards all come before its backwards there (the loss is
+    at the end of its route), so the mem_B of all the rank's chunks on that route are held at once.
+    Enough: run the microbatches one at a time, each W right after its B.
+    """
+    need = [0.0] * placement.num_ranks
+    for route in placement.routes:
+        per = [0.0] * placement.num_ranks
+        for c in route:
+            per[placement.chunk_to_rank[c]] += profile.chunk_cost(placement, c).mem_B
+        need = [max(a, b) for a, b in zip(need, per)]
+    return tuple(need)
+
+
+def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -> None:
+    """Raise InfeasibleError stating the smallest feasible limit when `limit` is below it."""
+    need = min_feasible_limit(profile, placement)
+    p = placement.num_ranks
+    for r, (cap, n) in enumerate(zip(limit.per_rank, need)):
+        if cap < n * (1 - 1e-9):
+            unit = profile.stage_mem_B(r)
+            smallest = max(x / profile.stage_mem_B(q) for q, x in enumerate(need)) / p
+            raise InfeasibleError(
+                f"memory limit {limit.text} is infeasible: it gives rank {r} {cap:g} ({cap / unit:.4g} x its stage "
+                f"M_B) but one microbatch in flight needs {n:g} ({n / unit:.4g} x M_B); the minimum is "
+                f"{smallest:.4g}p (the smallest feasible limit): raise --mem-limit to at least that"
+            )

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import InfeasibleError, ZbsearchError
+from .errors import ZbsearchError
 from .ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
-from .memory import MemoryLimit
+from .memory import MemoryLimit, check_feasible
 from .profile import Profile
 from .simulate import dependencies, memory_delta
 
@@ -95,33 +95,9 @@ class Problem:
                 out.append(Pass(a, pl.chunk_to_rank[c], dur, ins, alloc, free))
         return tuple(out)
 
-    def min_feasible_limit(self) -> tuple[float, ...]:
-        """Per rank, the smallest activation limit any schedule can meet: one microbatch's whole route
-        run alone. It is also necessary: on each rank a microbatch's forwards all come before its
-        backwards (the loss is at the end of the route), so its chunks' mem_B are held together."""
-        pl, prof = self.placement, self.profile
-        need = [0.0] * pl.num_ranks
-        for route in pl.routes:
-            per = [0.0] * pl.num_ranks
-            for c in route:
-                per[pl.chunk_to_rank[c]] += prof.chunk_cost(pl, c).mem_B
-            need = [max(a, b) for a, b in zip(need, per)]
-        return tuple(need)
-
     def check_feasible(self) -> None:
         """Raise InfeasibleError stating the smallest feasible limit when this one is below it."""
-        need = self.min_feasible_limit()
-        short = [r for r in range(self.num_ranks) if self.limit.per_rank[r] < need[r] * (1 - 1e-9)]
-        if short:
-            p = self.num_ranks
-            worst = max(need[r] / (p * self.profile.stage_mem_B(r)) for r in range(p))
-            r = short[0]
-            raise InfeasibleError(
-                f"memory limit {self.limit.text} is infeasible: rank {r} must hold at least one microbatch's "
-                f"activations ({need[r]:g} {self.profile.memory_unit}) but is allowed {self.limit.per_rank[r]:g}; "
-                f"the smallest feasible limit is {worst:.4g}p"
-                + (f" ({max(need):.4g} bytes)" if self.profile.memory_unit == "bytes" else "")
-            )
+        check_feasible(self.profile, self.placement, self.limit)
 
 
 def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear") -> Problem:
