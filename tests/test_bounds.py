@@ -10,7 +10,7 @@ import pytest
 
 from zbsearch.bounds import lower_bound, rank_bounds
 from zbsearch.problem import make_problem
-from zbsearch.profile import Profile, load_profile, uniform_profile
+from zbsearch.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.simulate import simulate
 

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from . import __version__
 from .errors import ScheduleError, ZbsearchError
 from .inputs import (
-    ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
+    ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
     SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, check_chunks,
     load_problem,
 )
@@ -240,6 +240,7 @@ def solve(
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
     output: OutputOpt = None,
+    export_torch: ExportTorchOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search for the best schedule under a memory limit: heuristics, then CP-SAT, with a proven bound.
@@ -262,6 +263,10 @@ def solve(
     summary = result.report()
     if output is not None:
         result.schedule.save(output)
+    if export_torch is not None:
+        from .export import export
+
+        export(result.schedule, "torch-csv", export_torch)
     if json_out:
         _print_json(summary)
         return
@@ -270,6 +275,8 @@ def solve(
     out.print(render.solve_headline(summary))
     if output is not None:
         out.print(f"wrote {output}")
+    if export_torch is not None:
+        out.print(f"wrote {export_torch}")
 
 
 @app.command("list")
@@ -292,6 +299,8 @@ def schema() -> None:
 
 
 # -- more commands register here: one line per module, `from .cli_x import register; register(app)` --
+from .cli_plan import register; register(app)  # noqa: E402,E702
+from .cli_torch import register; register(app)  # noqa: E402,E702
 
 
 def main() -> None:

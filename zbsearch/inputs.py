@@ -89,6 +89,11 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     "-o", "--output", metavar="SCHEDULE.json", rich_help_panel=OUTPUT_PANEL,
     help="Write the schedule JSON here (atomically), only once it has passed validation.",
 )]
+ExportTorchOpt = Annotated[Optional[Path], typer.Option(
+    "--export-torch", metavar="FILE.csv", rich_help_panel=OUTPUT_PANEL,
+    help="Also write the schedule as torch's compute-only CSV (as `zbsearch export --format torch-csv`), "
+         "atomically, once it has passed validation.",
+)]
 WidthOpt = Annotated[Optional[int], typer.Option(
     "--width", metavar="COLUMNS", rich_help_panel=OUTPUT_PANEL,
     help="Width of the Gantt chart in characters. Default: the terminal's width.",

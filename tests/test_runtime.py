@@ -1,0 +1,91 @@
+"""Run exported schedules for real: torch's _PipelineScheduleRuntime on gloo processes, gradients
+checked against a single-process reference. Kept few and small (each run forks its workers from one
+fork server that imported torch once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli import app
+from zbsearch.problem import make_problem
+from zbsearch.profile import uniform_profile
+from zbsearch.schedules import generate
+from zbsearch.solve import solve
+
+pytest.importorskip("torch")
+
+from zbsearch.runtime import run  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.multiprocess]
+
+
+def solver_schedule():
+    problem = make_problem(uniform_profile(1, 2, 1, p=4, m=4), "1p", "makespan", "linear")
+    return solve(problem, time_limit=5, workers=1).schedule
+
+
+def check(result, schedule, steps: int, kinds: set[str]) -> None:
+    assert result.ok, result.problems
+    assert result.max_grad_diff < 1e-9
+    assert result.loss == pytest.approx(result.reference_loss, rel=1e-9)
+    timed = steps - 1 if steps > 1 else 1
+    for r, measured in enumerate(result.measured):
+        own = {k: sum(1 for a in schedule.passes(r) if a.kind.value == k) * timed for k in ("F", "I", "W", "B")}
+        assert {k: v["count"] for k, v in measured.items()} == {k: n for k, n in own.items() if n}
+    assert kinds == {k for rank in result.measured for k in rank}
+    assert result.predicted_step_seconds > 0 and len(result.step_seconds) == timed
+
+
+@pytest.mark.parametrize("make, model, kinds", [
+    (solver_schedule, "mlp", {"F", "I", "W"}),                                     # 4 ranks, split I/W
+    (lambda: generate("zb-v", 2, 4), "gpt-tiny", {"F", "I", "W"}),                 # V-shape
+    (lambda: generate("interleaved-1f1b", 2, 4, 2), "mlp", {"F", "B"}),            # looped, full backward
+    (lambda: generate("dualpipev", 2, 4), "mlp", {"F", "I", "W", "B"}),            # overlapped F&B pairs
+], ids=["solver-linear-p4", "zb-v-p2-gpt", "interleaved-p2-full-backward", "dualpipev-p2-overlap"])
+def test_schedule_runs_on_torch_with_reference_gradients(make, model: str, kinds: set[str]) -> None:
+    schedule = make()
+    result = run(schedule, backend="gloo", model=model, steps=2)
+    check(result, schedule, 2, kinds)
+
+
+def test_lowered_comms_csv_runs_unchanged() -> None:
+    schedule = generate("zb-v", 2, 4)
+    result = run(schedule, model="mlp", steps=1, comms=True)
+    assert result.details["csv"] == "torch-csv-comms"
+    check(result, schedule, 1, {"F", "I", "W"})
+
+
+def test_cli_run_shows_measurements_next_to_the_plan(tmp_path: Path) -> None:
+    path = tmp_path / "zbh1.json"
+    generate("zb-h1", 2, 4).save(path)
+    result = CliRunner().invoke(app, ["run", str(path), "--steps", "2", "--uniform", "1,1,1", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"] and out["planned"][0]["F"] == 1.0 and out["plan_seconds_per_unit"] > 0
+    table = CliRunner().invoke(app, ["run", str(path), "--steps", "1", "--uniform", "1,1,1"])
+    assert table.exit_code == 0, table.output
+    assert "plan (unit)" in table.stdout and "match the single-process reference" in table.stdout
+
+
+def test_the_gradient_check_catches_a_wrong_gradient() -> None:
+    """The comparison itself: an m-times-too-large gradient (a lost REDUCE_GRAD) and a missing one."""
+    import torch
+
+    from zbsearch.runtime import _compare_grads, _reference, build_chunks, loss_function, make_batch
+
+    chunks = build_chunks("mlp", 2, seed=0)
+    x, y = make_batch("mlp", 4, 2, seed=0)
+    reference, _ = _reference(torch, chunks, x, y, 4, loss_function("mlp"))
+    for c, r in zip(chunks, reference):
+        for p, q in zip(c.parameters(), r.parameters()):
+            p.grad = q.grad.clone()
+    problems: list[str] = []
+    assert _compare_grads(torch, chunks[0], reference[0], "stage 0", problems) == (0.0, 2) and not problems
+    chunks[1][0].weight.grad *= 4
+    chunks[1][0].bias.grad = None
+    _compare_grads(torch, chunks[1], reference[1], "stage 1", problems)
+    assert [p.split(" parameter ")[1].split()[0] for p in problems] == ["0.weight", "0.bias"]

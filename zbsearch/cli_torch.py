@@ -1,0 +1,228 @@
+"""The torch commands: `export`, `import` and `run`, added to the main app by `register(app)`.
+
+They only parse, call export / torch_import / runtime, and render; errors are ZbsearchErrors that the
+main app prints on one line. Nothing here imports torch: the library functions do, when they need it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import ZbsearchError
+from .export import FORMATS, export
+from .inputs import OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_problem
+from .ir import Kind, Schedule
+from .profile import Profile
+from .validate import validate
+
+if TYPE_CHECKING:
+    from .runtime import RunResult
+
+TORCH_PANEL = "torch"
+
+FormatOpt = Annotated[str, typer.Option(
+    "--format", "-f", metavar="|".join(FORMATS), rich_help_panel=OUTPUT_PANEL,
+    help="What to write: " + "; ".join(f"{k}: {v}" for k, v in FORMATS.items()) + ".",
+)]
+ExportOutputOpt = Annotated[Path, typer.Option(
+    "-o", "--output", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
+    help="File to write (atomically), only once the schedule has passed validation.",
+)]
+ImportOutputOpt = Annotated[Path, typer.Option(
+    "-o", "--output", metavar="SCHEDULE.json", rich_help_panel=OUTPUT_PANEL,
+    help="Write the imported schedule JSON here (atomically), only once it has passed validation.",
+)]
+ImportMicrobatchesOpt = Annotated[Optional[int], typer.Option(
+    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL, min=1,
+    help="Microbatches per iteration. Default: the largest microbatch in the file, plus one.",
+)]
+TorchScheduleOpt = Annotated[Optional[str], typer.Option(
+    "--torch-schedule", metavar="NAME", rich_help_panel=TORCH_PANEL,
+    help="Import one of torch's built-in orders instead of a file: ZBVZeroBubble, InterleavedZeroBubble, "
+         "DualPipeV, Interleaved1F1B, LoopedBFS, GPipe (needs -p and -m; needs torch).",
+)]
+StagesPerRankOpt = Annotated[Optional[int], typer.Option(
+    "--stages-per-rank", metavar="V", rich_help_panel=TORCH_PANEL, min=1,
+    help="With --torch-schedule: stages per rank (default 2 for multi-stage schedules).",
+)]
+NprocOpt = Annotated[Optional[int], typer.Option(
+    "--nproc", metavar="N", rich_help_panel=TORCH_PANEL,
+    help="Processes, one per rank. Default (and the only value allowed): the schedule's rank count.",
+)]
+BackendOpt = Annotated[str, typer.Option(
+    "--backend", metavar="gloo|nccl", rich_help_panel=TORCH_PANEL,
+    help="torch.distributed backend: gloo runs on CPU; nccl needs one GPU per rank.",
+)]
+ModelOpt = Annotated[str, typer.Option(
+    "--model", metavar="mlp|gpt-tiny", rich_help_panel=TORCH_PANEL,
+    help="Model cut into one chunk per stage: a Linear+Tanh MLP, or a tiny causal transformer.",
+)]
+StepsOpt = Annotated[int, typer.Option(
+    "--steps", metavar="K", rich_help_panel=TORCH_PANEL,
+    help="Iterations to run; each is checked against the reference, all but the first are timed.",
+)]
+CommsOpt = Annotated[bool, typer.Option(
+    "--comms", rich_help_panel=TORCH_PANEL,
+    help="Run the torch-csv-comms export (lowered by torch, loaded with format=\"compute_comms\") "
+         "instead of the compute-only CSV.",
+)]
+RunSeedOpt = Annotated[int, typer.Option(
+    "--seed", metavar="K", rich_help_panel=TORCH_PANEL, help="Seed of the model weights and the batch.",
+)]
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _optional_problem(schedule: Schedule, profile: Path | None, uniform: str | None, p: int | None,
+                      uniform_memory: str | None) -> Profile | None:
+    if profile is None and uniform is None:
+        if p is not None or uniform_memory is not None:
+            raise ZbsearchError("-p and --uniform-memory go with --uniform F,B,W")
+        return None
+    return load_problem(profile, uniform, p, None, uniform_memory,
+                        default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+
+
+def export_command(
+    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to export.")],
+    fmt: FormatOpt,
+    output: ExportOutputOpt,
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+) -> None:
+    """Write a schedule for torch.distributed.pipelining (CSV) or as a plan / trace of its timeline.
+
+    torch-csv loads unchanged with _PipelineScheduleRuntime._load_csv(FILE, format="compute_only"), i.e.
+    torchtitan's --parallelism.pipeline_parallel_schedule_csv FILE. json and chrome-trace need
+    --profile or --uniform (with --uniform, -p defaults to the schedule's rank count).
+    """
+    schedule = Schedule.load(schedule_file)
+    problem = _optional_problem(schedule, profile, uniform, p, uniform_memory)
+    path = export(schedule, fmt, output, problem)
+    _stdout().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
+                    f"{schedule.num_microbatches} microbatches, {schedule.count()} actions)")
+
+
+def import_command(
+    output: ImportOutputOpt,
+    csv_file: Annotated[Optional[Path], typer.Argument(
+        metavar="FILE.csv", help="torch schedule CSV: compute-only or with comms (comm actions are dropped).")] = None,
+    microbatches: ImportMicrobatchesOpt = None,
+    torch_schedule: TorchScheduleOpt = None,
+    p: StagesOpt = None,
+    stages_per_rank: StagesPerRankOpt = None,
+) -> None:
+    """Turn a torch pipeline schedule CSV (or one of torch's built-in orders) into a zbsearch schedule.
+
+    Reads ours, torchtitan's, or one dumped from torch's schedules, compute-only or with comms (comm
+    actions are dropped); the placement is inferred from which row mentions each stage. The schedule is
+    validated (structure, completeness, deadlock) before it is written.
+    """
+    from .torch_import import import_torch_csv, torch_builtin
+
+    if (csv_file is None) == (torch_schedule is None):
+        raise ZbsearchError("give either a CSV file or --torch-schedule NAME (with -p and -m), not both or neither")
+    if torch_schedule is not None:
+        if p is None or microbatches is None:
+            raise ZbsearchError(f"--torch-schedule {torch_schedule} needs -p P and -m M, e.g. -p 4 -m 8")
+        schedule = torch_builtin(torch_schedule, p, microbatches, stages_per_rank)
+    else:
+        if p is not None or stages_per_rank is not None:
+            raise ZbsearchError("-p and --stages-per-rank go with --torch-schedule; a CSV has one row per rank")
+        schedule = import_torch_csv(csv_file, microbatches)  # type: ignore[arg-type]
+    validate(schedule)
+    schedule.save(output)
+    pl = schedule.placement
+    _stdout().print(f"imported {schedule.name!r}: placement {pl.name}, {schedule.num_ranks} ranks, {pl.num_chunks} "
+                    f"stages, {schedule.num_microbatches} microbatches, {schedule.count()} actions; wrote {output}")
+
+
+def run_command(
+    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to run.")],
+    nproc: NprocOpt = None,
+    backend: BackendOpt = "gloo",
+    model: ModelOpt = "mlp",
+    steps: StepsOpt = 3,
+    seed: RunSeedOpt = 0,
+    comms: CommsOpt = False,
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a schedule on torch.distributed (one process per rank) and check it against a plain model.
+
+    Exports the schedule as a compute-only CSV, runs it through torch's _PipelineScheduleRuntime on a
+    small model, and compares the loss and every parameter gradient with a single-process reference.
+    Prints the measured time of each pass kind per rank (next to the plan with --profile/--uniform) and
+    exits 1 when anything differs. Needs torch: pip install 'zbsearch[torch]'.
+    """
+    from .runtime import run
+
+    schedule = Schedule.load(schedule_file)
+    problem = _optional_problem(schedule, profile, uniform, p, uniform_memory)
+    result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+    else:
+        out = _stdout()
+        out.print(_timing_table(result))
+        out.print(_headline(result))
+    if not result.ok:
+        listed = "; ".join(result.problems[:3]) + (f"; and {len(result.problems) - 3} more" if len(result.problems) > 3 else "")
+        raise ZbsearchError(f"{schedule.name!r} on torch does not match the reference: {listed}")
+
+
+def _timing_table(result: RunResult) -> Table:
+
+    planned = result.planned is not None
+    table = Table(title=f"{result.schedule} on torch ({result.backend}, {result.model}): time per pass",
+                  title_justify="left")
+    for col in ("rank", "stages", "pass", "count", "measured ms"):
+        table.add_column(col, justify="right" if col not in ("pass",) else "left")
+    if planned:
+        table.add_column(f"plan ({result.time_unit})", justify="right")
+        table.add_column("plan, scaled ms", justify="right")
+    stages = result.details.get("stages_per_rank", [])
+    for r, kinds in enumerate(result.measured):
+        for k, v in kinds.items():
+            row = [str(r), ",".join(map(str, stages[r])) if r < len(stages) else "", f"{k} ({Kind(k).label})",
+                   str(v["count"]), f"{v['mean_s'] * 1e3:.3f}"]
+            if planned:
+                plan = result.planned[r].get(k)
+                scale = result.plan_seconds_per_unit
+                row += ["" if plan is None else f"{plan:.4g}",
+                        "" if plan is None or scale is None else f"{plan * scale * 1e3:.3f}"]
+            table.add_row(*row)
+    return table
+
+
+def _headline(result: RunResult) -> str:
+    verdict = "match" if result.ok else "DO NOT match"
+    return (
+        f"loss {result.loss:.6g} (reference {result.reference_loss:.6g}); gradients of "
+        f"{result.parameters_checked} parameters {verdict} the single-process reference "
+        f"(max |diff| {result.max_grad_diff:.2g}).\n"
+        f"step time: measured {result.measured_step_seconds * 1e3:.2f} ms (median, slowest rank); the plan "
+        f"with the measured pass times predicts {result.predicted_step_seconds * 1e3:.2f} ms "
+        "(it leaves out communication and launch overheads)."
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `export`, `import` and `run` to the zbsearch app."""
+    app.command("export")(export_command)
+    app.command("import")(import_command)
+    app.command("run")(run_command)

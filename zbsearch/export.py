@@ -1,0 +1,236 @@
+"""Write a schedule where other tools read it: torch.distributed.pipelining's CSV, our plan JSON, and a
+Chrome / Perfetto trace of the simulated timeline.
+
+Formats (see FORMATS):
+- torch-csv: one row per rank, one compute action per cell (`0F1`, `1I0`, `2W3`, `3B0`,
+  `(0F3;3B1)OVERLAP_F_B`), global stage indices; what `_PipelineScheduleRuntime._load_csv(path,
+  format="compute_only")` (torchtitan's `--parallelism.pipeline_parallel_schedule_csv`) loads. Needs no
+  torch.
+- torch-csv-comms: the same order lowered by torch itself (UNSHARD/RESHARD, REDUCE_GRAD, SEND/RECV), as
+  `_prepare_schedule_with_comms` would lower it at load time; loadable with format="compute_comms".
+  Needs torch.
+- json: the schedule JSON (so every zbsearch command still reads it) plus, per rank, each instruction
+  with its planned start and end on a profile. Needs a profile.
+- chrome-trace: the simulated timeline as Trace Event JSON (chrome://tracing, ui.perfetto.dev): one
+  track per rank, one complete event per pass, named and coloured by kind, with the microbatch in args.
+  Needs a profile.
+
+Every export validates the schedule first (structure, completeness, deadlock; times with a profile)
+and renders the whole file in memory before writing it atomically, so a failed export leaves no file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import ScheduleError, ZbsearchError
+from .fileio import write_atomic
+from .ir import Action, Kind, Schedule
+from .profile import Profile
+from .simulate import Timeline
+from .validate import validate
+
+FORMATS: dict[str, str] = {
+    "torch-csv": "compute-only CSV for torch's _PipelineScheduleRuntime / torchtitan (no torch needed)",
+    "torch-csv-comms": "CSV lowered by torch with SEND/RECV, REDUCE_GRAD, UNSHARD/RESHARD (needs torch)",
+    "json": "schedule JSON plus per-rank instructions with planned start/end (needs a profile)",
+    "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
+}
+NEEDS_PROFILE = ("json", "chrome-trace")
+
+# Trace Event "cname" values (chrome://tracing's reserved palette); Perfetto colours by event name,
+# which is the kind, so each kind gets one colour there too.
+TRACE_COLOURS = {
+    Kind.F: "rail_response",
+    Kind.B: "thread_state_iowait",
+    Kind.W: "thread_state_running",
+    Kind.FULL_B: "terrible",
+}
+# Trace Event timestamps are microseconds; profile times in these units are converted.
+_TO_MICROSECONDS = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+
+
+def torch_compatible(schedule: Schedule) -> None:
+    """Raise ScheduleError unless torch's runtime can run this placement.
+
+    torch numbers stages along one chain 0..N-1 (stage s feeds stage s+1); our placements with a single
+    route 0..N-1 (linear, interleaved, V-shape) map onto it one to one. DualPipe's two model copies do not.
+    """
+    pl = schedule.placement
+    if pl.routes != (tuple(range(pl.num_chunks)),):
+        hint = " (DualPipe's two model copies: use dualpipev, its V-shape form)" if pl.name == "dualpipe" else ""
+        raise ScheduleError(
+            f"schedule {schedule.name!r} has placement {pl.name!r} with routes {[list(r) for r in pl.routes]}: "
+            f"torch's pipelining runtime runs one chain of stages 0..{pl.num_chunks - 1}; export a linear, "
+            f"interleaved or V-shape schedule{hint}"
+        )
+
+
+def torch_rows(schedule: Schedule) -> list[list[str]]:
+    """Per rank, the action strings torch parses (`_Action.from_str`)."""
+    return [[str(a) for a in rank] for rank in schedule.ranks]
+
+
+def _csv(rows: list[list[str]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def torch_csv(schedule: Schedule) -> str:
+    """The compute-only CSV text: row r is rank r's actions in order (no idle cells)."""
+    return _csv(torch_rows(schedule))
+
+
+def torch_lowered(schedule: Schedule) -> list[list[Any]]:
+    """Per rank, torch's `_Action`s after torch's own lowering (the same passes, in the same order, as
+    `_PipelineScheduleRuntime._prepare_schedule_with_comms(..., format="compute_only")`).
+
+    Raises ZbsearchError without torch, ScheduleError when torch refuses the order.
+    """
+    from .torch_import import torch_schedules
+
+    S = torch_schedules("--format torch-csv-comms")
+    p, n, m = schedule.num_ranks, schedule.placement.num_chunks, schedule.num_microbatches
+    actions = {r: [S._Action.from_str(a) for a in row] for r, row in enumerate(torch_rows(schedule))}
+    try:
+        stage_to_rank = S._validate_schedule(actions, p, n, m)
+        lowered = {r: S._add_reduce_grad(S._add_unshard_reshard(list(acts)), m) for r, acts in actions.items()}
+        lowered = S._add_send_recv(lowered, stage_to_rank=lambda s: stage_to_rank[s], num_stages=n)
+    except (AssertionError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ScheduleError(f"torch refuses to lower schedule {schedule.name!r}: {first}") from None
+    return [list(lowered[r]) for r in range(p)]
+
+
+def torch_csv_comms(schedule: Schedule) -> str:
+    return _csv([[str(a) for a in row] for row in torch_lowered(schedule)])
+
+
+def _microseconds_per_unit(time_unit: str) -> float:
+    return _TO_MICROSECONDS.get(time_unit.strip().lower(), 1.0)
+
+
+def _describe(action: Action) -> dict[str, Any]:
+    if action.kind is Kind.OVERLAP:
+        return {"action": str(action), "kind": action.kind.value, "chunk": None, "microbatch": None,
+                "passes": [str(a) for a in action.pair]}
+    return {"action": str(action), "kind": action.kind.value, "chunk": action.chunk, "microbatch": action.microbatch}
+
+
+def plan_json(timeline: Timeline) -> dict[str, Any]:
+    """The schedule's own JSON plus `instructions`: per rank, each action with planned start and end
+    (in the profile's time unit) from the simulator."""
+    schedule, profile = timeline.schedule, timeline.profile
+    out = schedule.to_dict()
+    out["format"] = "zbsearch-plan/1"
+    out["profile"] = profile.name
+    out["time_unit"] = profile.time_unit
+    out["makespan"] = timeline.makespan
+    out["instructions"] = [
+        [dict(_describe(s.action), start=s.start, end=s.end) for s in rank] for rank in timeline.slots
+    ]
+    return out
+
+
+def chrome_trace(timeline: Timeline) -> dict[str, Any]:
+    """Trace Event JSON: pid 0 is the pipeline, tid r is rank r; one "X" event per pass.
+
+    Times are the simulator's, converted to microseconds when the profile's unit is s, ms, us or ns
+    (any other unit is written as if it were microseconds; `otherData.time_unit` says which).
+    An overlapped F&B pair gives two events with the pair's start and end.
+    """
+    schedule, profile = timeline.schedule, timeline.profile
+    scale = _microseconds_per_unit(profile.time_unit)
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": f"zbsearch: {schedule.name}"}},
+    ]
+    for r in range(timeline.num_ranks):
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": r, "args": {"sort_index": r}})
+    for slot in timeline.iter_slots():
+        for a in slot.action.passes():
+            args = {"action": str(a), "chunk": a.chunk, "microbatch": a.microbatch, "rank": slot.rank,
+                    "step": slot.index, "start": slot.start, "end": slot.end}
+            if slot.action.kind is Kind.OVERLAP:
+                args["overlap"] = str(slot.action)
+            events.append({
+                "name": a.kind.label, "cat": a.kind.value, "ph": "X", "pid": 0, "tid": slot.rank,
+                "ts": slot.start * scale, "dur": (slot.end - slot.start) * scale,
+                "cname": TRACE_COLOURS[a.kind], "args": args,
+            })
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"schedule": schedule.name, "profile": profile.name, "time_unit": profile.time_unit,
+                      "microseconds_per_unit": scale, "makespan": timeline.makespan},
+    }
+
+
+def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
+    """Validate `schedule` and return the text of `fmt` (see FORMATS). Writes nothing.
+
+    Raises
+    ------
+    ZbsearchError
+        Unknown format; json / chrome-trace without a profile; torch-csv-comms without torch.
+    ScheduleError
+        The schedule is invalid (incomplete, deadlocks, or does not fit the profile), or torch's runtime
+        cannot run its placement, or torch's lowering refuses it.
+    """
+    if fmt not in FORMATS:
+        raise ZbsearchError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt in NEEDS_PROFILE and profile is None:
+        raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or --uniform F,B,W")
+    timeline = validate(schedule, profile)
+    if fmt == "torch-csv":
+        torch_compatible(schedule)
+        return torch_csv(schedule)
+    if fmt == "torch-csv-comms":
+        torch_compatible(schedule)
+        return torch_csv_comms(schedule)
+    assert timeline is not None  # a profile was given, so validate simulated it
+    if fmt == "json":
+        return json.dumps(plan_json(timeline), indent=1) + "\n"
+    return json.dumps(chrome_trace(timeline)) + "\n"
+
+
+def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None) -> Path:
+    """Validate `schedule`, render it as `fmt` and write it to `path` whole or not at all.
+
+    Parameters
+    ----------
+    schedule
+        The schedule to write.
+    fmt
+        One of FORMATS: torch-csv, torch-csv-comms, json, chrome-trace.
+    path
+        Where to write; its folder must exist.
+    profile
+        Costs for the simulated times (needed by json and chrome-trace; with torch-csv it only adds a
+        check that the schedule fits the profile).
+
+    Returns
+    -------
+    Path
+        The file written.
+
+    Raises
+    ------
+    ZbsearchError, ScheduleError
+        As `render`; nothing is written.
+
+    Examples
+    --------
+    >>> from zbsearch.schedules import generate
+    >>> export(generate("zb-h1", 4, 8), "torch-csv", "zbh1.csv")  # doctest: +SKIP
+    PosixPath('zbh1.csv')
+    """
+    text = render(schedule, fmt, profile)
+    write_atomic(path, text)
+    return Path(path)
