@@ -1,0 +1,313 @@
+"""The profiler: F/B/W measured as separate passes, memory, the stage partition, estimates, the CLI.
+
+Measurements use a tiny GPT on one CPU thread (the test machines have 2 shared cores), measured once
+per module. Partition and estimate tests need no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch import profiler as prof
+from zbsearch.cli import app
+from zbsearch.errors import ZbsearchError
+from zbsearch.partition import check_counts, linear_partition, max_stage_cost
+from zbsearch.profile import Profile, load_profile
+
+runner = CliRunner()
+
+# hidden / heads = 16 and s = 128 keep the s x s attention probabilities larger than the output
+# gradients B stores for W, so M_B > M_W as in the paper's 34h + 5as vs 32h.
+TINY = prof.GptShape(layers=2, hidden=256, heads=16, seq=128, micro_batch=2, vocab=256)
+# (B + W) / fused backward, summed over the layers. B and W are torch's stage_backward_input and
+# stage_backward_weight: a Python walk of the autograd graph plus one autograd-engine launch per
+# parameter group, work the fused backward does not do. On these small CPU layers that fixed cost is
+# 5-35% of the backward, and the shared 2-core machine adds noise, so the split may cost up to 1.6x the
+# fused pass. Below 0.8 would mean the split skipped work.
+SPLIT_TOLERANCE = (0.8, 1.6)
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+# -- the partition DP (no torch) --------------------------------------------------------------
+
+def brute_force(costs: list[int], p: int, first: int, last: int) -> int:
+    n = len(costs)
+    best = None
+    for cuts in itertools.combinations(range(1, n), p - 1):
+        bounds = (0, *cuts, n)
+        counts = [b - a for a, b in zip(bounds, bounds[1:])]
+        value = max_stage_cost(costs, counts, first, last)
+        best = value if best is None else min(best, value)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_partition_matches_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 9)
+    p = rng.randint(1, n)
+    costs = [rng.randint(0, 20) for _ in range(n)]
+    first, last = (rng.choice([0, 0, rng.randint(1, 15)]) for _ in range(2))
+    counts = linear_partition(costs, p, first, last)
+    assert len(counts) == p and sum(counts) == n and min(counts) >= 1
+    assert max_stage_cost(costs, counts, first, last) == brute_force(costs, p, first, last)
+
+
+def test_partition_rejects_impossible_splits() -> None:
+    with pytest.raises(ZbsearchError, match="at least one layer"):
+        linear_partition([1, 2], 3)
+    with pytest.raises(ZbsearchError, match="non-negative"):
+        linear_partition([1, -2], 1)
+    with pytest.raises(ZbsearchError, match="adds up to 5 layers but the model has 4"):
+        check_counts([2, 3], 4)
+    with pytest.raises(ZbsearchError, match="positive whole number"):
+        check_counts([4, 0], 4)
+
+
+# -- estimates (no torch) ---------------------------------------------------------------------
+
+SEVEN_B = prof.GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
+
+
+def test_estimate_follows_table_1() -> None:
+    layers = prof.estimate_gpt(SEVEN_B, "h100", dtype="bf16", mfu=0.5)
+    block = layers[1]
+    b, s, h, a = 1, 4096, 4096, 32
+    rate = 989.4e12 * 0.5 / 1e6  # FLOPs per microsecond
+    assert block.F == pytest.approx(b * s * h * (24 * h + 4 * s) / rate)
+    assert block.B == pytest.approx(b * s * h * (24 * h + 8 * s) / rate)
+    assert block.W == pytest.approx(b * s * h * 24 * h / rate)
+    assert block.B + block.W == pytest.approx(2 * block.F)  # the paper's T_B + T_W = 2 T_F
+    assert block.mem_B == b * s * (34 * h + 5 * a * s) and block.mem_W == 32 * b * s * h
+
+
+def test_estimate_needs_no_torch() -> None:
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # any `import torch` now fails
+        from zbsearch import profiler as prof
+        shape = prof.GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
+        p = prof.profile_gpt_estimate(shape, gpu="h100", mfu=0.4, p=8, attention="sdpa")
+        print(p.source["kind"], p.num_stages, p.memory_unit, p.details["partition"]["layers_per_stage"][0][0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["estimated", "8", "bytes", "embedding"]
+
+
+def test_estimate_cli_writes_an_estimated_profile(tmp_path: Path) -> None:
+    path = tmp_path / "h100.json"
+    result = invoke("profile", "--estimate", "--gpu", "h100", "--mfu", "0.4", "--layers", 32, "--hidden", 4096,
+                    "--heads", 32, "--seq", 4096, "--micro-batch", 1, "--vocab", 32000, "-p", 8, "-o", path)
+    assert result.exit_code == 0, result.output
+    profile = load_profile(path)
+    assert profile.source["kind"] == "estimated" and "Table 1" in profile.source["method"]
+    assert profile.num_stages == 8 and profile.memory_unit == "bytes" and profile.device_capacity_bytes == 80e9
+    assert profile.details["partition"]["layers_per_stage"][-1][-1] == "head"
+    assert all(st.static_bytes > 0 and st.mem_B > st.mem_W > 0 for st in profile.stages)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--estimate"], "--estimate needs --gpu"),
+    (["--gpu", "h100"], "--gpu h100 goes with --estimate"),
+    (["--estimate", "--gpu", "v100"], "--gpu 'v100'"),
+    (["--estimate", "--gpu", "h100", "--mfu", "1.5"], "--mfu 1.5"),
+    (["--estimate", "--gpu", "a100", "--hidden", "100", "--heads", "3"], "not a multiple of --heads"),
+    (["--estimate", "--gpu", "a100", "-p", "9"], "-p 9 is more stages than the model's 4 transformer layers"),
+    (["--estimate", "--gpu", "a100", "--layers-per-stage", "2,1"], "adds up to 3 layers but the model has 4"),
+    (["--estimate", "--gpu", "a100"], "say how many pipeline stages"),
+    (["--model", "nocolon", "-p", "1"], "write gpt or package.module:factory"),
+    (["--model", "zb_no_such_module_x:f", "--hidden", "8", "-p", "1"], "shape the built-in gpt"),
+])
+def test_profile_cli_errors_are_one_line(args: list[str], needle: str) -> None:
+    assert needle in one_line_error(invoke("profile", *args))
+
+
+# -- measuring a tiny GPT on the CPU ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def measured() -> Profile:
+    pytest.importorskip("torch")
+    return prof.profile_measured("gpt", shape=TINY, device="cpu", p=2, warmup=2, repeats=9, threads=1)
+
+
+@pytest.mark.torch
+def test_all_times_positive(measured: Profile) -> None:
+    for st in measured.stages:
+        assert st.F > 0 and st.B > 0 and st.W > 0 and st.full_backward > 0
+    layers = measured.details["layers"]
+    for layer in layers:
+        assert layer["F"] > 0 and layer["W"] > 0 and layer["full_backward"] > 0
+        # the embedding's input is token ids: nothing to send back, so its whole backward is W
+        assert (layer["B"] == 0) == (layer["name"] == "embedding")
+    assert [layer["name"] for layer in layers] == ["embedding", "block0", "block1", "head"]
+    assert measured.details["partition"]["layers_per_stage"] == [["embedding", "block0"], ["block1", "head"]]
+
+
+@pytest.mark.torch
+def test_split_backward_close_to_fused_backward(measured: Profile) -> None:
+    layers = measured.details["layers"]
+    split = sum(layer["B"] + layer["W"] for layer in layers)
+    fused = sum(layer["full_backward"] for layer in layers)
+    low, high = SPLIT_TOLERANCE
+    assert low <= split / fused <= high, (split, fused, layers)
+
+
+@pytest.mark.torch
+def test_memory_M_B_above_M_W_and_grows_with_micro_batch(measured: Profile) -> None:
+    for st in measured.stages:
+        assert st.mem_B > st.mem_W > 0
+    assert "notes" not in measured.details  # no stage needed mem_B raised to mem_W
+    blocks = {}
+    for b in (1, 2):
+        shape = prof.GptShape(layers=1, hidden=TINY.hidden, heads=TINY.heads, seq=TINY.seq, micro_batch=b,
+                              vocab=TINY.vocab)
+        specs, ids = prof.gpt_layers(shape)
+        costs = prof.measure_layers(specs, ids, device="cpu", warmup=0, repeats=1, threads=1)
+        blocks[b] = costs[1]
+        assert costs[1].mem_B > costs[1].mem_W > 0
+    assert blocks[2].mem_B == pytest.approx(2 * blocks[1].mem_B, rel=0.05)
+    assert blocks[2].mem_W > blocks[1].mem_W
+
+
+@pytest.mark.torch
+def test_profile_validates_and_solve_accepts_it(measured: Profile, tmp_path: Path) -> None:
+    path = tmp_path / "cpu.json"
+    measured.save(path)
+    data = json.loads(path.read_text())
+    again = Profile.from_dict(data)
+    assert again.source["kind"] == "measured" and again.source["device"] and again.source["date"]
+    assert again.memory_unit == "bytes" and again.time_unit == "us" and len(again.comm) == 1
+    assert again.details["model"]["hidden"] == TINY.hidden and data["details"]["dtype"] == "fp32"
+    assert again.device_capacity_bytes and all(st.static_bytes > 0 for st in again.stages)
+    # boundary: b * s * h fp32 activations over the default 200 Gb/s link
+    assert again.comm[0] == pytest.approx(2 * 128 * 256 * 4 * 8 / 200e9 * 1e6)
+    result = invoke("solve", "--profile", path, "--mem-limit", "2p", "--time-limit", 5, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["valid"] is True
+
+
+@pytest.mark.torch
+def test_cli_profile_forced_split_and_torch_stage0(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "p.json"
+    result = invoke("profile", "--layers", 3, "--hidden", 32, "--heads", 4, "--seq", 32, "--vocab", 64,
+                    "--layers-per-stage", "2,1", "--torch-stage0", "--device", "cpu", "--threads", 1, "--layer-by-layer",
+                    "--warmup", 0, "--repeats", 1, "--link-gbps", 100, "-m", 6, "-o", path, "--json")
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    profile = load_profile(path)
+    assert printed["stages"] == json.loads(path.read_text())["stages"]
+    assert profile.num_stages == 2 and profile.microbatches == 6
+    assert profile.details["partition"]["layers_per_stage"] == [["embedding", "block0", "block1"], ["block2", "head"]]
+    assert profile.details["partition"]["method"] == "forced by --layers-per-stage"
+    assert profile.details["timing"]["order"] == "one layer at a time"
+    first = profile.stages[0]
+    assert first.B == 0 and first.W == first.full_backward and first.mem_W == first.mem_B
+    assert profile.comm[0] == pytest.approx(2 * 32 * 32 * 4 * 8 / 100e9 * 1e6)
+
+
+# -- a user's model ---------------------------------------------------------------------------
+
+FACTORIES = '''
+import torch
+from torch import nn
+
+def good():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4)), torch.randn(4, 8)
+
+def not_modules():
+    return [nn.Linear(8, 8), 42], torch.randn(2, 8)
+
+def wrong_input():
+    return [nn.Linear(8, 8), nn.ReLU()], torch.randn(2, 5)
+
+def one_module():
+    return nn.Linear(8, 8), torch.randn(2, 8)
+
+def no_pair():
+    return [nn.Linear(8, 8)]
+
+def not_a_tensor():
+    return [nn.Linear(8, 8)], [[0.0] * 8]
+
+def returns_tuple():
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x, x
+    return [nn.Linear(8, 8), Pair()], torch.randn(2, 8)
+
+def raises():
+    raise ValueError("no weights here")
+
+NOT_CALLABLE = 3
+'''
+
+
+@pytest.fixture()
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    pytest.importorskip("torch")
+    (tmp_path / "zb_test_factories.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "zb_test_factories"
+
+
+@pytest.mark.torch
+def test_user_factory_is_measured(factories: str, tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    result = invoke("profile", "--model", f"{factories}:good", "-p", 2, "--device", "cpu", "--threads", 1,
+                    "--warmup", 0, "--repeats", 2, "-o", path)
+    assert result.exit_code == 0, result.output
+    profile = load_profile(path)
+    assert profile.num_stages == 2 and profile.source["kind"] == "measured"
+    names = [layer["name"] for layer in profile.details["layers"]]
+    assert names == ["0:Linear", "1:GELU", "2:Linear"]
+    assert all(st.F > 0 and st.B + st.W > 0 for st in profile.stages)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("factory, needle", [
+    ("not_modules", "layer 1 is a int, not a torch.nn.Module"),
+    ("wrong_input", "layer 0:Linear (Linear) failed on its input, a float32 tensor of shape 2x5"),
+    ("one_module", "returned one Linear module, not a list of layers"),
+    ("no_pair", "the factory returned list; a factory must return (layers, sample_input)"),
+    ("not_a_tensor", "the sample input is a list, not a torch.Tensor"),
+    ("returns_tuple", "returned a tuple, not a tensor"),
+    ("raises", "the factory raised ValueError: no weights here"),
+    ("NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a function"),
+    ("missing", "has no 'missing'"),
+])
+def test_bad_factories_get_one_clear_line(factories: str, factory: str, needle: str) -> None:
+    line = one_line_error(invoke("profile", "--model", f"{factories}:{factory}", "-p", 1, "--device", "cpu",
+                                 "--warmup", 0, "--repeats", 1))
+    assert needle in line
+
+
+@pytest.mark.torch
+def test_missing_factory_module_is_one_line(factories: str) -> None:
+    line = one_line_error(invoke("profile", "--model", "zb_no_such_module_x:build", "-p", 1, "--device", "cpu"))
+    assert "cannot import 'zb_no_such_module_x'" in line

@@ -1,0 +1,288 @@
+"""`zbsearch profile`: measure (or estimate) a model's per-stage costs and write a profile JSON.
+
+Only parsing and rendering live here; the work is zbsearch.profiler's. The progress bar goes to stderr
+so that stdout carries only the summary (or, with --json, the profile itself).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import profiler as prof
+from .inputs import JsonOpt
+from .profile import Profile
+
+MODEL_PANEL = "Model"
+MEASURE_PANEL = "Measurement"
+STAGES_PANEL = "Stages"
+ESTIMATE_PANEL = "Estimate (no GPU needed)"
+OUTPUT_PANEL = "Output"
+
+ModelOpt = Annotated[str, typer.Option(
+    "--model", metavar="gpt|PKG.MODULE:FACTORY", rich_help_panel=MODEL_PANEL,
+    help="gpt: the built-in GPT-style decoder (shapes below). Or your own: a function, importable from the "
+         "current directory too, returning (layers, sample_input): the ordered list of nn.Module layers and "
+         "the first layer's input tensor for one microbatch.",
+)]
+LayersOpt = Annotated[Optional[int], typer.Option(
+    "--layers", metavar="L", rich_help_panel=MODEL_PANEL, help="gpt: transformer layers. Default 4.")]
+HiddenOpt = Annotated[Optional[int], typer.Option(
+    "--hidden", metavar="H", rich_help_panel=MODEL_PANEL, help="gpt: hidden size. Default 256.")]
+HeadsOpt = Annotated[Optional[int], typer.Option(
+    "--heads", metavar="A", rich_help_panel=MODEL_PANEL, help="gpt: attention heads. Default 4.")]
+SeqOpt = Annotated[Optional[int], typer.Option(
+    "--seq", metavar="S", rich_help_panel=MODEL_PANEL, help="gpt: sequence length. Default 128.")]
+MicroBatchOpt = Annotated[Optional[int], typer.Option(
+    "--micro-batch", metavar="B", rich_help_panel=MODEL_PANEL, help="gpt: sequences per microbatch. Default 2.")]
+VocabOpt = Annotated[Optional[int], typer.Option(
+    "--vocab", metavar="V", rich_help_panel=MODEL_PANEL, help="gpt: vocabulary size. Default 1024.")]
+AttentionOpt = Annotated[str, typer.Option(
+    "--attention", metavar="naive|sdpa", rich_help_panel=MODEL_PANEL,
+    help="gpt: naive keeps the s x s attention probabilities for backward, as the Zero Bubble paper's "
+         "memory model (34h + 5as) assumes; sdpa uses torch's fused scaled_dot_product_attention.",
+)]
+
+StagesOpt = Annotated[Optional[int], typer.Option(
+    "-p", "--stages", metavar="P", rich_help_panel=STAGES_PANEL,
+    help="Pipeline stages. The layers are split by an exact DP minimizing the slowest stage's F+B+W; the gpt "
+         "embedding stays on the first stage, the head and loss on the last.",
+)]
+LayersPerStageOpt = Annotated[Optional[str], typer.Option(
+    "--layers-per-stage", metavar="N1,N2,...", rich_help_panel=STAGES_PANEL,
+    help="Force the split instead: layers per stage (gpt: transformer layers; embedding and head are added "
+         "to the first and last stage). Sets -p.",
+)]
+ProfileMicrobatchesOpt = Annotated[Optional[int], typer.Option(
+    "-m", "--microbatches", metavar="M", rich_help_panel=STAGES_PANEL,
+    help="Microbatches per iteration written into the profile (solve's -m overrides it). Default 2p.",
+)]
+LinkOpt = Annotated[Optional[float], typer.Option(
+    "--link-gbps", metavar="GBIT/S", rich_help_panel=STAGES_PANEL,
+    help=f"Stage-to-stage link bandwidth in gigabits per second; comm = boundary activation bytes / bandwidth. "
+         f"Default: measured cuda:0 -> cuda:1 when two GPUs are present, else {prof.DEFAULT_LINK_GBPS:g} "
+         "(one 200 Gb/s InfiniBand HDR link).",
+)]
+OptimizerOpt = Annotated[str, typer.Option(
+    "--optimizer", metavar="adam|sgd|none", rich_help_panel=STAGES_PANEL,
+    help="Optimizer whose state counts in each stage's static bytes (Adam: 16 bytes per parameter).",
+)]
+TorchStage0Opt = Annotated[bool, typer.Option(
+    "--torch-stage0", rich_help_panel=STAGES_PANEL,
+    help="Cost stage 0 as torch.distributed.pipelining runs it: no input gradient, so its I is empty (B = 0) "
+         "and its W is the whole backward.",
+)]
+
+DeviceOpt = Annotated[str, typer.Option(
+    "--device", metavar="auto|cpu|cuda[:N]", rich_help_panel=MEASURE_PANEL,
+    help="Where to measure. auto: a GPU when there is one.")]
+DtypeOpt = Annotated[Optional[str], typer.Option(
+    "--dtype", metavar="bf16|fp16|fp32", rich_help_panel=MEASURE_PANEL,
+    help="Precision of parameters and activations. Default bf16 on a GPU or with --estimate, fp32 on a CPU.")]
+WarmupOpt = Annotated[int, typer.Option(
+    "--warmup", metavar="N", rich_help_panel=MEASURE_PANEL, min=0, help="Untimed runs of every pass first.")]
+RepeatsOpt = Annotated[int, typer.Option(
+    "--repeats", metavar="N", rich_help_panel=MEASURE_PANEL, min=1,
+    help="Timed runs of every pass; the median is kept.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", metavar="N", rich_help_panel=MEASURE_PANEL, min=1,
+    help="CPU threads for torch while measuring (default: torch's). 1 is steadiest on a shared machine.")]
+InterleaveOpt = Annotated[bool, typer.Option(
+    "--interleave/--layer-by-layer", rich_help_panel=MEASURE_PANEL,
+    help="interleave: build every layer, then time them round-robin so drift in the machine's speed hits "
+         "all layers alike. layer-by-layer: one layer on the device at a time, for models that do not fit.",
+)]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", metavar="K", rich_help_panel=MEASURE_PANEL, help="Seed for weights, inputs and targets.")]
+
+EstimateOpt = Annotated[bool, typer.Option(
+    "--estimate", rich_help_panel=ESTIMATE_PANEL,
+    help="Do not measure: derive the gpt's profile from the Zero Bubble paper's Table 1 FLOP counts and the "
+         "GPU's dense peak (source: estimated). Needs no torch.",
+)]
+GpuOpt = Annotated[Optional[str], typer.Option(
+    "--gpu", metavar="|".join(prof.GPUS), rich_help_panel=ESTIMATE_PANEL,
+    help="GPU for --estimate: a100 (312 bf16 TFLOP/s dense, 80 GB), h100 or h200 (989.4 dense, 80 / 141 GB), "
+         "SXM datasheet figures.",
+)]
+MfuOpt = Annotated[float, typer.Option(
+    "--mfu", metavar="X", rich_help_panel=ESTIMATE_PANEL,
+    help="With --estimate: fraction of the peak the model's matrix work reaches.")]
+
+OutputOpt = Annotated[Optional[Path], typer.Option(
+    "-o", "--output", metavar="PROFILE.json", rich_help_panel=OUTPUT_PANEL,
+    help="Write the profile JSON here (atomically).")]
+NameOpt = Annotated[Optional[str], typer.Option(
+    "--name", metavar="NAME", rich_help_panel=OUTPUT_PANEL, help="Profile name. Default: from model, dtype, device.")]
+
+
+def _bytes(x: float | None) -> str:
+    """Binary-prefixed size with 3 significant digits: 761K, 12.1G."""
+    if x is None:
+        return "-"
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.0f}"
+
+
+def _time(x: float | None, scale: float) -> str:
+    if x is None:
+        return "-"
+    v = x / scale
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2f}" if v >= 1 else f"{v:.2g}"
+
+
+def _short(name: str) -> str:
+    """A layer's name for the table: emb, b3, head for the gpt; the index for a factory's `3:Linear`."""
+    if name == "embedding":
+        return "emb"
+    if name.startswith("block") and name[5:].isdigit():
+        return "b" + name[5:]
+    return name.split(":", 1)[0]
+
+
+def _span(names: list[str]) -> str:
+    return _short(names[0]) if len(names) == 1 else f"{_short(names[0])}..{_short(names[-1])}"
+
+
+def summary_table(profile: Profile) -> Table:
+    """One row per stage: its layers, F/B/W/fused backward, memory, static bytes and outgoing comm."""
+    scale, unit = 1.0, profile.time_unit
+    if unit == "us" and max(st.F for st in profile.stages) >= 1000:
+        scale, unit = 1000.0, "ms"
+    table = Table(title=f"{profile.name}: {profile.num_stages} stages, source {profile.source.get('kind')}",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 1), pad_edge=False)
+    for col in ("#", "layers", "F", "B", "W", "fused", "mem_B", "mem_W", "static", "comm"):
+        table.add_column(col, justify="left" if col in ("#", "layers") else "right", no_wrap=True)
+    names = profile.details.get("partition", {}).get("layers_per_stage") or [["?"]] * profile.num_stages
+    for r, st in enumerate(profile.stages):
+        comm = _time(profile.comm[r], scale) if r < len(profile.comm) else "-"
+        table.add_row(str(r), _span(names[r]), *(_time(v, scale) for v in (st.F, st.B, st.W, st.full_backward)),
+                      _bytes(st.mem_B), _bytes(st.mem_W), _bytes(st.static_bytes), comm)
+    table.caption = (f"times in {unit} per microbatch (fused: B and W in one backward); memory in bytes, "
+                     "K/M/G = 2^10/2^20/2^30; static: parameters, gradients, optimizer state")
+    table.caption_justify = "left"
+    return table
+
+
+def headline(profile: Profile) -> str:
+    src = profile.source
+    if src.get("kind") == "measured":
+        return f"measured on {src.get('device')} ({src.get('dtype')}, torch {src.get('torch')}) at {src.get('date')}"
+    return f"estimated for {src.get('gpu')} at MFU {src.get('mfu')}: not measured"
+
+
+class _Bar:
+    """A rich progress bar over layers and repeats on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self) -> None:
+        console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True, disable=not console.is_terminal,
+        )
+        self.task = None
+
+    def __enter__(self) -> "_Bar":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task(what, total=total)
+        self.progress.update(self.task, completed=done, description=what)
+
+
+def profile(
+    model: ModelOpt = "gpt",
+    layers: LayersOpt = None,
+    hidden: HiddenOpt = None,
+    heads: HeadsOpt = None,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = None,
+    vocab: VocabOpt = None,
+    attention: AttentionOpt = "naive",
+    p: StagesOpt = None,
+    layers_per_stage: LayersPerStageOpt = None,
+    m: ProfileMicrobatchesOpt = None,
+    link_gbps: LinkOpt = None,
+    optimizer: OptimizerOpt = "adam",
+    torch_stage0: TorchStage0Opt = False,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    warmup: WarmupOpt = prof.DEFAULT_WARMUP,
+    repeats: RepeatsOpt = prof.DEFAULT_REPEATS,
+    threads: ThreadsOpt = None,
+    interleave: InterleaveOpt = True,
+    seed: SeedOpt = 0,
+    estimate: EstimateOpt = False,
+    gpu: GpuOpt = None,
+    mfu: MfuOpt = prof.DEFAULT_MFU,
+    output: OutputOpt = None,
+    name: NameOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure a model's per-stage F, B, W, memory and communication (or estimate them) into a profile.
+
+    Each layer is timed alone: forward, backward for inputs (torch's I) and backward for weights (W) as
+    separate passes, warm-up runs then the median of the repeats; the layers are then split into -p
+    stages. Feed the result to `zbsearch solve --profile PROFILE.json`.
+    """
+    shape_args = {"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
+                  "vocab": vocab}
+    given = {k: v for k, v in shape_args.items() if v is not None}
+    if model != "gpt" and given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise prof.ProfilerError(f"{flags} shape the built-in gpt; --model {model} builds its own layers "
+                                 "(drop those flags or use --model gpt)")
+    shape = prof.GptShape(**given)
+    counts = prof.parse_layers_per_stage(layers_per_stage)
+    if gpu is not None and not estimate:
+        raise prof.ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
+    if estimate:
+        if model != "gpt":
+            raise prof.ProfilerError(f"--estimate works for --model gpt only (it counts the GPT's FLOPs); "
+                                     f"measure {model} instead")
+        if gpu is None:
+            raise prof.ProfilerError(f"--estimate needs --gpu {'|'.join(prof.GPUS)}, e.g. --estimate --gpu h100 --mfu 0.4")
+        result = prof.profile_gpt_estimate(
+            shape, gpu=gpu.lower(), mfu=mfu, dtype=dtype or "bf16", p=p, layers_per_stage=counts,
+            link_gbps=link_gbps, microbatches=m, optimizer=optimizer, name=name, torch_stage0=torch_stage0, attention=attention)
+    else:
+        with _Bar() as bar:
+            result = prof.profile_measured(
+                model, shape=shape, attention=attention, device=device, dtype=dtype, p=p, layers_per_stage=counts,
+                link_gbps=link_gbps, microbatches=m, optimizer=optimizer, warmup=warmup, repeats=repeats,
+                seed=seed, torch_stage0=torch_stage0, name=name, progress=bar, threads=threads,
+                interleave=interleave)
+    if output is not None:
+        result.save(output)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+        return
+    out = Console(highlight=False, soft_wrap=True)
+    out.print(summary_table(result))
+    out.print(headline(result))
+    for note in result.details.get("notes", []):
+        out.print(f"note: {note}")
+    if output is not None:
+        out.print(f"wrote {output}; next: zbsearch solve --profile {output} --mem-limit 2p -o schedule.json")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `zbsearch profile` to the CLI."""
+    app.command("profile")(profile)
