@@ -33,15 +33,21 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def read_json(path: str | Path, what: str) -> Any:
-    """Load JSON from a file; a missing file or bad JSON becomes one clear line."""
+def read_text(path: str | Path, what: str) -> str:
+    """A file's text; a missing or unreadable file becomes one clear line naming `what` it should be."""
     path = Path(path)
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
         raise ZbsearchError(f"{what} file {path} does not exist") from None
     except OSError as exc:
         raise ZbsearchError(f"cannot read {what} file {path}: {exc.strerror}") from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Load JSON from a file; a missing file or bad JSON becomes one clear line."""
+    path = Path(path)
+    text = read_text(path, what)
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:

@@ -40,7 +40,7 @@ from .errors import InfeasibleError, PreconditionError, ScheduleError
 from .ir import Action, Kind, Placement, Schedule, build, linear
 from .memory import MemoryLimit, check_feasible, min_feasible_limit
 from .profile import Profile, StageCost
-from .simulate import Timeline
+from .simulate import Timeline, simulate
 from .validate import validate
 
 Objective = Literal["makespan", "span"]
@@ -558,97 +558,22 @@ def _handcrafted(p: int, m: int) -> Iterator[tuple[str, Schedule]]:
 
 
 def _quick(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[float, float, float] | None:
-    """(makespan, span, peak in stage-M_B units) of a schedule, timed exactly as zbsearch.simulate
-    times it (same dependencies, same float operations in the same order), or None when it
-    deadlocks or exceeds the limit by the validator's own tolerance. Only ranks candidates: whatever
-    `candidates` and `best` return has been through zbsearch.validate. It exists because the
-    simulator recomputes each chunk's cost for every pass, which made ranking a dozen handcrafted
-    schedules cost more than all greedy variants together."""
+    """(makespan, span, peak in stage-M_B units) of a schedule by the simulator, or None when it
+    deadlocks, does not fit this profile, or exceeds the limit by the validator's own tolerance. Only
+    ranks candidates: whatever `candidates` and `best` return has been through zbsearch.validate,
+    which also checks completeness (skipped here because it costs as much as the timing)."""
     from .validate import MEMORY_RTOL
 
-    pl, m, p = schedule.placement, schedule.num_microbatches, schedule.num_ranks
-    if pl.num_ranks != profile.num_stages:
+    if schedule.placement.num_ranks != profile.num_stages:
         return None
-    cc = [profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
-    dur = {Kind.F: [c.F for c in cc], Kind.B: [c.B for c in cc], Kind.W: [c.W for c in cc],
-           Kind.FULL_B: [c.BW for c in cc]}
-    link: dict[tuple[int, int], tuple[tuple[int, float] | None, tuple[int, float] | None]] = {}
-    for ri, route in enumerate(pl.routes):
-        for k, c in enumerate(route):
-            before = (route[k - 1], profile.hop(pl, route[k - 1], c)) if k > 0 else None
-            after = (route[k + 1], profile.hop(pl, route[k + 1], c)) if k + 1 < len(route) else None
-            link[(ri, c)] = (before, after)
-    ridx = [pl.route_index(i, m) for i in range(m)]
-
-    def deps(a: Action) -> list[tuple[tuple[int, int, int], float]]:
-        before, after = link[(ridx[a.microbatch], a.chunk)]
-        if a.kind is Kind.F:
-            return [((before[0], 0, a.microbatch), before[1])] if before else []
-        if a.kind is Kind.W:
-            return [((a.chunk, 1, a.microbatch), 0.0)]
-        out = [((a.chunk, 0, a.microbatch), 0.0)]
-        if after:
-            out.append(((after[0], 1, a.microbatch), after[1]))
-        return out
-
-    group = {Kind.F: 0, Kind.B: 1, Kind.FULL_B: 1, Kind.W: 2}
     try:
-        plan = [[([d for a in act.passes() for d in deps(a)],
-                  sum(dur[a.kind][a.chunk] for a in act.passes()) if act.kind is Kind.OVERLAP
-                  else dur[act.kind][act.chunk],
-                  [(a.chunk, group[a.kind], a.microbatch) for a in act.passes()], act)
-                 for act in rank] for rank in schedule.ranks]
-    except (KeyError, IndexError, TypeError):
-        return None        # malformed for this placement: let the validator say why, if it is chosen
-    end: dict[tuple[int, int, int], float] = {}
-    free = [0.0] * p
-    first = [None] * p
-    ptr = [0] * p
-    remaining = sum(len(r) for r in plan)
-    while remaining:
-        progressed = False
-        for r in range(p):
-            while ptr[r] < len(plan[r]):
-                ds, d, keys, _ = plan[r][ptr[r]]
-                ready = 0.0
-                for key, h in ds:
-                    t = end.get(key)
-                    if t is None:
-                        break
-                    ready = max(ready, t + h)
-                else:
-                    start = max(free[r], ready)
-                    finish = start + d
-                    for key in keys:
-                        end[key] = finish
-                    if first[r] is None:
-                        first[r] = start
-                    free[r] = finish
-                    ptr[r] += 1
-                    remaining -= 1
-                    progressed = True
-                    continue
-                break
-        if not progressed:
-            return None
-    peak_units = 0.0
-    for r in range(p):
-        level = peak = 0.0
-        for _, _, _, act in plan[r]:
-            passes = act.passes()
-            for a in passes:
-                if a.kind is Kind.F:
-                    level += cc[a.chunk].mem_B
-                    peak = max(peak, level)
-            for a in passes:
-                if a.kind is not Kind.F:
-                    level -= {Kind.B: cc[a.chunk].mem_B - cc[a.chunk].mem_W, Kind.W: cc[a.chunk].mem_W,
-                              Kind.FULL_B: cc[a.chunk].mem_B}[a.kind]
-        if peak > limit.per_rank[r] * (1 + MEMORY_RTOL) + 1e-12:
-            return None
-        peak_units = max(peak_units, peak / profile.stage_mem_B(r))
-    span = max(free[r] - (first[r] or 0.0) for r in range(p))
-    return max(free), span, peak_units
+        tl = simulate(schedule, profile)
+    except (ScheduleError, KeyError, IndexError, ValueError):
+        return None  # malformed for this placement: the validator says why, if it is ever chosen
+    peaks = [tl.peak_memory(r) for r in range(tl.num_ranks)]
+    if any(peak > cap * (1 + MEMORY_RTOL) + 1e-12 for peak, cap in zip(peaks, limit.per_rank)):
+        return None
+    return tl.makespan, tl.span, max(peak / profile.stage_mem_B(r) for r, peak in enumerate(peaks))
 
 
 @dataclass

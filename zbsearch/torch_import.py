@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Iterable, Sequence
 
 from .errors import ScheduleError, ZbsearchError
+from .fileio import read_text
 from .ir import Action, Placement, Schedule, interleaved, linear, vshape
 
 INSTALL_HINT = "pip install 'zbsearch[torch]' (torch==2.13.0; the CPU wheel is enough)"
@@ -130,12 +131,7 @@ def import_torch_csv(path: str | Path, num_microbatches: int | None = None, name
     The result is not validated: pass it to zbsearch.validate to check it.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ZbsearchError(f"CSV file {path} does not exist") from None
-    except OSError as exc:
-        raise ZbsearchError(f"cannot read CSV file {path}: {exc.strerror}") from None
+    text = read_text(path, "CSV")
     return parse_torch_csv(text, num_microbatches, name or path.stem, origin=str(path))
 
 
