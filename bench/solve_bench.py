@@ -24,10 +24,10 @@ from pathlib import Path
 
 from zbsearch.errors import PreconditionError
 from zbsearch.memory import parse_mem_limit
-from zbsearch.problem import make_problem
+from zbsearch.problem import make_problems
 from zbsearch.profile import Profile, load_profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.solve import solve
+from zbsearch.solve import solve_placements
 from zbsearch.validate import check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,10 +70,11 @@ def handcrafted_rows(profile: Profile, limit_text: str, objective: str) -> dict[
     return out
 
 
-def run_one(profile: Profile, limit: str, objective: str, time_limit: float) -> dict:
-    problem = make_problem(profile, limit, objective)
+def run_one(profile: Profile, limit: str, objective: str, time_limit: float, placement: str = "linear") -> dict:
+    problems = make_problems(profile, limit, objective, placement)
     t0 = time.monotonic()
-    result = solve(problem, time_limit=time_limit)
+    result = solve_placements(problems, time_limit=time_limit)
+    problem = result.problem
     rep = result.report()
     key = f"bubble_rate_{objective}"
     heur_tl_rate = 1 - sum(rep["work_per_rank"]) / (problem.num_ranks * result.heuristic_objective)
@@ -84,6 +85,7 @@ def run_one(profile: Profile, limit: str, objective: str, time_limit: float) -> 
         "zbsearch_bubble": rep[key], "bound_bubble": rep["bubble_rate_lower_bound"], "gap": rep["gap"],
         "status": rep["status"], "wall_s": time.monotonic() - t0, "cpsat": rep.get("cpsat_status"),
         "peak_memory": max(rep["peak_memory_per_rank"]),
+        "placement": rep["placement"],
     }
 
 
@@ -100,12 +102,14 @@ def section_table5(objective: str, time_limit: float) -> list[dict]:
 
 
 def section_hetero(time_limit: float) -> list[dict]:
+    """zbsearch tries the one-stage-per-rank and the V-shape placement (--placement auto), so it
+    competes with the V-shape schedules (ZB-V, DualPipeV, V-Half, V-Min) on their own ground."""
     rows = []
     for m in (24, 32):
         prof = hetero_profile(8, m)
         for limit in ("0.5p", "1p", "2p"):
             for objective in ("makespan", "span"):
-                row = run_one(prof, limit, objective, time_limit)
+                row = run_one(prof, limit, objective, time_limit, placement="auto")
                 rows.append(row)
                 print(_line(row), flush=True)
     return rows
@@ -155,7 +159,7 @@ def markdown(sections: dict[str, list[dict]], command: str) -> str:
             continue
         out.append(f"\n## {name}\n")
         hc = [h for h in HANDCRAFTED if any(h in r["handcrafted"] for r in rows)]
-        cols = ["setup", "m", "limit", "objective"] + hc + ["best heuristic", "heuristic", "zbsearch", "bound", "gap", "status", "wall s"]
+        cols = ["setup", "m", "limit", "objective"] + hc + ["best heuristic", "heuristic", "zbsearch", "placement", "bound", "gap", "status", "wall s"]
         if any(r.get("paper") is not None for r in rows):
             cols.insert(cols.index("zbsearch"), "paper ZB-1p/2p")
         if any("max_rss_gib" in r for r in rows):
@@ -167,7 +171,8 @@ def markdown(sections: dict[str, list[dict]], command: str) -> str:
             cells += [r["best_heuristic"], _fmt(r["heuristic_bubble"])]
             if "paper ZB-1p/2p" in cols:
                 cells.append(_fmt(r.get("paper")))
-            cells += [_fmt(r["zbsearch_bubble"]), _fmt(r["bound_bubble"]), f"{r['gap']:.2%}", r["status"], f"{r['wall_s']:.1f}"]
+            cells += [_fmt(r["zbsearch_bubble"]), r.get("placement", "linear"), _fmt(r["bound_bubble"]), f"{r['gap']:.2%}",
+                      r["status"], f"{r['wall_s']:.1f}"]
             if "peak RSS GiB" in cols:
                 cells.append(f"{r.get('max_rss_gib', float('nan')):.2f}")
             out.append("| " + " | ".join(cells) + " |")
@@ -189,8 +194,12 @@ def main(argv: list[str]) -> None:
         "small": lambda: section_small(args.time_limit),
         "scale": lambda: section_scale(args.scale_time_limit),
     }
-    sections = {name: runners[name]() for name in runners if name in wanted}
-    command = "python bench/solve_bench.py" + ("" if len(argv) == 0 else " " + " ".join(argv))
+    # Sections not run this time keep their last results, so one section can be rerun on its own.
+    previous = Path(args.out + ".json")
+    sections = json.loads(previous.read_text()) if previous.exists() else {}
+    sections.update({name: runners[name]() for name in runners if name in wanted})
+    sections = {name: sections[name] for name in runners if name in sections}
+    command = "python bench/solve_bench.py [--only SECTION,...]"
     Path(args.out + ".md").write_text(markdown(sections, command))
     Path(args.out + ".json").write_text(json.dumps(sections, indent=1) + "\n")
     print(f"wrote {args.out}.md and .json")

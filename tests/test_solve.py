@@ -153,3 +153,14 @@ def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
     assert best.objective == min(v["objective"] for v in each.values())
     assert best.lower_bound == min(v["lower_bound"] for v in each.values())
     validate(best.schedule, prof, best.problem.limit)
+
+
+def test_start_is_a_real_heuristic_when_other_placements_rank_first():
+    """At 2p on uneven stages the best handcrafted schedules are V-shaped or DualPipe; the linear
+    search must still start from the best linear one, not from the one-at-a-time fallback."""
+    stages = [{"F": 10 * k, "B": 10 * k, "W": 8 * k, "mem_B": k, "mem_W": k / 2} for k in (1.2, 1, 1, 1.5)]
+    prof = Profile.from_dict({"stages": stages, "comm": 0.5, "microbatches": 8,
+                              "source": {"kind": "estimated", "method": "test"}})
+    result = solve(make_problem(prof, "2p", "makespan"), time_limit=10)
+    assert result.start_heuristic != "one-at-a-time"
+    assert result.status == "optimal"

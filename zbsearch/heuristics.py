@@ -598,7 +598,7 @@ def _peak_units(profile: Profile, peaks: Iterable[float]) -> float:
 
 
 def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handcrafted: bool,
-             placements: Iterable[Placement] | None, extra: bool) -> list[_Pending]:
+             placements: Iterable[Placement] | None, extra: bool, same_placement: bool = False) -> list[_Pending]:
     """Every distinct candidate, ranked cheaply: greedy ones by their engine's own timing, handcrafted
     ones by `_quick`. A schedule that several greedy variants produce is kept once (first name), the
     other names in its meta['same_as']."""
@@ -611,6 +611,8 @@ def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handc
     if handcrafted:
         for name, sched in _handcrafted(p, m):
             if not _costs_apply(profile, sched.placement):
+                continue
+            if same_placement and sched.placement not in list(placements or [linear(p)]):
                 continue
             quick = _quick(sched, profile, limit)
             if quick is None:
@@ -647,7 +649,7 @@ def _rank_key(tl: Timeline, objective: str) -> tuple[float, float]:
 def candidates(
     profile: Profile, m: int, limit: MemoryLimit, objective: Objective = "span", *,
     handcrafted: bool = True, placements: Iterable[Placement] | None = None, extra: bool = True,
-    top: int | None = None,
+    top: int | None = None, same_placement: bool = False,
 ) -> list[tuple[str, Schedule, Timeline]]:
     """Every applicable handcrafted schedule and every greedy variant that passes
     zbsearch.validate.validate under `limit`, each with its validated timeline, best first by
@@ -656,11 +658,13 @@ def candidates(
 
     `placements`: those the greedy variants run on (default: linear only; handcrafted schedules keep
     their own); `extra`: also the variants beyond the paper's eight; `top`: validate (and return)
-    only the `top` best by the cheap ranking, since validating a large schedule takes seconds.
+    only the `top` best by the cheap ranking, since validating a large schedule takes seconds;
+    `same_placement`: keep only handcrafted schedules on one of `placements` (a solver start must be).
     Raises InfeasibleError when the limit cannot hold one microbatch (the message names the minimum).
     """
     found: list[tuple[str, Schedule, Timeline]] = []
-    for c in _collect(profile, m, limit, objective, handcrafted, placements, extra):
+    placements = list(placements) if placements is not None else None
+    for c in _collect(profile, m, limit, objective, handcrafted, placements, extra, same_placement):
         if top is not None and len(found) >= top:
             break
         sched = c.schedule()

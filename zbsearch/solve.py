@@ -24,7 +24,7 @@ from .validate import check
 # schedule of p=32, m=256 takes a second or two.
 HINTS_VALIDATED = 5
 # Share of the time limit kept back for re-timing and validating CP-SAT's answer at the end.
-RESERVE = 0.05
+RESERVE = 0.10
 # Finest grid the refinement goes to: the shortest pass in this many units.
 MAX_RESOLUTION = 320
 # Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
@@ -117,7 +117,8 @@ def heuristic_start(problem: Problem) -> list[tuple[str, Schedule, Timeline]]:
 
     found = [
         (name, s, t) for name, s, t in heuristics.candidates(problem.profile, problem.num_microbatches, problem.limit, problem.objective,
-                                                    placements=[problem.placement], top=HINTS_VALIDATED)
+                                                    placements=[problem.placement], top=HINTS_VALIDATED,
+                                                    same_placement=True)
         if s.placement == problem.placement
     ]
     fallback = one_at_a_time(problem)
