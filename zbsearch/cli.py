@@ -300,6 +300,7 @@ def schema() -> None:
 
 # -- more commands register here: one line per module, `from .cli_x import register; register(app)` --
 from .cli_profile import register; register(app)  # noqa: E402,E702
+from .cli_compare import register; register(app)  # noqa: E402,E702
 from .cli_plan import register; register(app)  # noqa: E402,E702
 from .cli_torch import register; register(app)  # noqa: E402,E702
 

@@ -1,0 +1,234 @@
+"""`zbsearch compare` and `zbsearch plot`: the three outputs, rows equal to baseline/solve --json, and
+figures that are real PNG / SVG files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch import compare as cmp
+from zbsearch.cli import app
+from zbsearch.profile import uniform_profile
+from zbsearch.schedules import REGISTRY
+
+runner = CliRunner()
+
+# Small and uniform: every solve ends at once on a proven bound, so zbsearch's rows are deterministic.
+UNIFORM = ["--uniform", "1,2,1,0.1", "-p", "4", "-m", "8"]
+LIMITS = ("1p", "2p")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result) -> str:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR" and len(data) > 1000, path
+
+
+def assert_svg(path: Path) -> None:
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+    assert len(list(root.iter())) > 20, path
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One compare run for the tests below (no figures: they have their own test)."""
+    prefix = tmp_path_factory.mktemp("compare") / "results" / "small"
+    result = invoke("compare", *UNIFORM, "--mem-limits", ",".join(LIMITS), "--schedules", "handcrafted",
+                    "--time-limit", 5, "--figures", "none", "-o", prefix)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return prefix
+
+
+def _csv(prefix: Path) -> list[dict[str, str]]:
+    with open(prefix.with_name(prefix.name + ".csv"), newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_compare_writes_table_and_csv_with_the_same_rows(compared: Path) -> None:
+    md = compared.with_name("small.md").read_text()
+    rows = _csv(compared)
+    assert md.startswith("# Schedule comparison") and "Regenerate" not in md.splitlines()[1:2]
+    # Every handcrafted schedule defined for p=4, m=8 and zbsearch, at each limit.
+    assert {r["mem_limit"] for r in rows} == set(LIMITS)
+    for limit in LIMITS:
+        names = {r["schedule"] for r in rows if r["mem_limit"] == limit}
+        assert "zbsearch" in names and "zb-h1" in names and "interleaved-1f1b (v=2)" in names
+        assert len(names) == len(REGISTRY) + 1
+    table_lines = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| schedule")]
+    assert len(table_lines) == len(rows)
+    for line, row in zip(table_lines, rows):  # same order, same numbers
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1].startswith(row["mem_limit"])
+        assert cells[2] == f"{100 * float(row['bubble_rate']):.2f}%"
+        assert ("**over**" in cells[1]) == (row["within_limit"] == "False")
+    assert "| schedule | memory limit | bubble rate | makespan (unit) | peak memory per rank (x M_B) | solve time | gap |" in md
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipe", "v-min", "interleaved-1f1b"])
+@pytest.mark.parametrize("limit", LIMITS)
+def test_handcrafted_rows_equal_baseline_json(compared: Path, name: str, limit: str) -> None:
+    result = invoke("baseline", name, *UNIFORM, "--mem-limit", limit, "--json")
+    summary = json.loads(result.stdout)
+    assert result.exit_code == (0 if summary["valid"] else 1)
+    shown = cmp.display_name(name)
+    (row,) = [r for r in _csv(compared) if r["schedule"] == shown and r["mem_limit"] == limit]
+    assert float(row["bubble_rate"]) == summary["bubble_rate_makespan"]
+    assert float(row["makespan"]) == summary["makespan"]
+    assert float(row["span"]) == summary["span"]
+    assert [float(x) for x in row["peak_memory_per_rank"].split()] == pytest.approx(summary["peak_memory_per_rank"], rel=1e-5)
+    assert (row["within_limit"] == "True") == summary["valid"]
+    assert row["placement"] == summary["placement"]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+def test_zbsearch_rows_equal_solve_json(compared: Path, limit: str) -> None:
+    result = invoke("solve", *UNIFORM, "--mem-limit", limit, "--time-limit", 5, "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    (row,) = [r for r in _csv(compared) if r["schedule"] == "zbsearch" and r["mem_limit"] == limit]
+    assert float(row["bubble_rate"]) == summary["bubble_rate_makespan"]
+    assert float(row["makespan"]) == summary["makespan"]
+    assert float(row["gap"]) == summary["gap"]
+    assert row["status"] == summary["status"]
+    assert float(row["bubble_rate_lower_bound"]) == summary["bubble_rate_lower_bound"]
+    assert [float(x) for x in row["peak_memory_per_rank"].split()] == pytest.approx(summary["peak_memory_per_rank"], rel=1e-5)
+    assert float(row["solve_seconds"]) > 0
+
+
+def test_span_objective_ranks_by_span() -> None:
+    comp = cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), limits=["2p"], schedules="zb-h2,1f1b", objective="span",
+                       solve=False)
+    by_name = {r.schedule: r for r in comp.rows}
+    assert by_name["zb-h2"].bubble_rate == by_name["zb-h2"].bubble_rate_span == pytest.approx(0.0, abs=1e-12)
+    assert [r.schedule for r in cmp.sorted_rows(comp.rows)] == ["zb-h2", "1f1b"]
+
+
+def test_precondition_failures_are_listed_not_fatal() -> None:
+    comp = cmp.compare(uniform_profile(1, 1, 1, p=3, m=4), limits=["1p"], schedules="dualpipe,1f1b", solve=False)
+    assert [r.schedule for r in comp.rows] == ["1f1b"]
+    assert comp.skipped and comp.skipped[0][1] == "dualpipe"
+    assert "dualpipe" in cmp.to_markdown(comp).split("## Not in the tables")[1]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--schedules", "zb-h9"], "unknown schedule 'zb-h9'"),
+    (["-m", "8,x"], "-m '8,x'"),
+    (["--mem-limits", "1q"], "--mem-limit '1q'"),
+    (["--objective", "speed"], "--objective 'speed'"),
+    (["--figures", "gif"], "--figures 'gif'"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    base = {"--schedules": "1f1b", "-m": "8", "--mem-limits": "1p", "--figures": "none"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    flat = [x for kv in base.items() for x in kv]
+    result = invoke("compare", "--uniform", "1,1,1", "-p", "4", *flat, "-o", tmp_path / "x")
+    assert needle in assert_one_line_error(result)
+    assert not list(tmp_path.iterdir())
+
+
+def test_figures_are_valid_png_and_svg(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    prefix = tmp_path / "fig"
+    result = invoke("compare", *UNIFORM, "--mem-limits", "1p,2p", "--schedules", "zb-h1,zb-v,dualpipe,v-half",
+                    "--time-limit", 3, "--figures", "png,svg", "-o", prefix)
+    assert result.exit_code == 0, result.stderr
+    for kind in ("gantt", "pareto"):
+        assert_png(tmp_path / f"fig_{kind}.png")
+        assert_svg(tmp_path / f"fig_{kind}.svg")
+    assert (tmp_path / "fig.md").exists() and (tmp_path / "fig.csv").exists()
+    assert "wrote" in result.stdout
+
+
+def test_plot_command_draws_any_schedule(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    sched = tmp_path / "dp.json"
+    assert invoke("baseline", "dualpipe", "--uniform", "1,1,1", "-p", "4", "-m", "8", "-o", sched).exit_code == 0
+    for suffix in ("png", "svg"):
+        out = tmp_path / f"dp.{suffix}"
+        result = invoke("plot", sched, "--uniform", "1,1,1", "-o", out)
+        assert result.exit_code == 0, result.stderr
+        (assert_png if suffix == "png" else assert_svg)(out)
+    assert "end the name in .png or .svg" in assert_one_line_error(
+        invoke("plot", sched, "--uniform", "1,1,1", "-o", tmp_path / "dp.pdf"))
+    assert "has 4 ranks" in assert_one_line_error(invoke("plot", sched, "--uniform", "1,1,1", "-p", "3", "-o",
+                                                         tmp_path / "x.png"))
+
+
+def test_gantt_scales_to_16_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from zbsearch.plot import gantt_figure
+    from zbsearch.schedules import generate
+    from zbsearch.simulate import simulate
+
+    tl = simulate(generate("zb-h1", 16, 24), uniform_profile(1, 1, 1, p=16, m=24))
+    fig = gantt_figure(tl)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [f"rank {r}" for r in range(16)]
+    # Every rank row is inside the figure and every cell of the chart carries its microbatch number.
+    assert len(ax.texts) == sum(len(r) for r in tl.slots)
+    bbox = ax.get_position()
+    assert 0 < bbox.y0 < bbox.y1 < 1 and 0 < bbox.x0 < bbox.x1 < 1
+
+
+def test_missing_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("no matplotlib")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    result = invoke("compare", "--uniform", "1,1,1", "-p", "4", "--schedules", "1f1b", "-o", tmp_path / "x")
+    assert "zbsearch[plot]" in assert_one_line_error(result)
+    assert not list(tmp_path.iterdir())
+
+
+def test_pareto_points_share_markers_when_they_coincide() -> None:
+    from zbsearch.plot import ParetoPoint, group_points
+
+    pts = [ParetoPoint("zb-v", 4.0, 0.05), ParetoPoint("torch:ZBVZeroBubble", 4.0, 0.05), ParetoPoint("zb-h1", 4.0, 0.1)]
+    assert [[q.label for q in g] for g in group_points(pts)] == [["zb-v", "torch:ZBVZeroBubble"], ["zb-h1"]]
+
+
+@pytest.mark.torch
+def test_torch_builtins_are_rows_when_torch_is_installed() -> None:
+    pytest.importorskip("torch")
+    if not cmp.torch_available():
+        pytest.skip("zbsearch.torch_import is not there")
+    comp = cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), limits=["1p"], schedules="torch", solve=False)
+    names = {r.schedule for r in comp.rows}
+    assert names == {f"torch:{n}" for n in cmp.TORCH_BUILTINS}
+    assert all(r.source == "torch" for r in comp.rows)
+
+
+def test_a_solved_row_beaten_on_its_own_placement_is_flagged() -> None:
+    comp = cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), limits=["1p"], schedules="zb-h1", solve=False)
+    (fixed,) = comp.rows
+    worse = cmp.Row(**{**{k: getattr(fixed, k) for k in cmp.Row.__dataclass_fields__}, "schedule": "zbsearch",
+                       "source": "zbsearch", "makespan": fixed.makespan + 1, "note": "same as one-at-a-time"})
+    cmp._flag_if_beaten(worse, comp.rows)
+    assert "WORSE than zb-h1" in worse.note
+    equal = cmp.Row(**{**{k: getattr(fixed, k) for k in cmp.Row.__dataclass_fields__}, "note": "same as zb-h1"})
+    cmp._flag_if_beaten(equal, comp.rows)
+    assert equal.note == "same as zb-h1"

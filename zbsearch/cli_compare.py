@@ -1,0 +1,199 @@
+"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see compare.py and plot.py).
+
+Registered on the main app by one line in cli.py (`register(app)`); errors are ZbsearchErrors, which
+the app prints as one line and exit 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import ProfileError, ZbsearchError
+from .inputs import (
+    OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
+    StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, check_chunks, load_problem,
+)
+
+# Options only these commands take (the shared ones come from inputs.py).
+MicrobatchListOpt = Annotated[Optional[str], typer.Option(
+    "-m", "--microbatches", metavar="M[,M...]", rich_help_panel=PROBLEM_PANEL,
+    help="Microbatch counts to compare at, e.g. 24,32,64. Default: the profile's; with --uniform, 2p.",
+)]
+MemLimitsOpt = Annotated[str, typer.Option(
+    "--mem-limits", metavar="LIMIT[,LIMIT...]", rich_help_panel=PROBLEM_PANEL,
+    help="Memory limits to compare at; zbsearch is solved at each (see --mem-limit in `solve`: 1p, 2p, "
+         "1.5p, 40GiB, auto, none).",
+)]
+SchedulesOpt = Annotated[str, typer.Option(
+    "--schedules", metavar="all|handcrafted|torch|NAME,...", rich_help_panel=PROBLEM_PANEL,
+    help="Which fixed schedules to compare: all (every handcrafted schedule, plus torch's "
+         "InterleavedZeroBubble, ZBVZeroBubble and DualPipeV when torch is installed), handcrafted, torch, "
+         "none, or names from `zbsearch list` and those torch names.",
+)]
+NoTorchOpt = Annotated[bool, typer.Option(
+    "--no-torch", rich_help_panel=PROBLEM_PANEL, help="Leave torch's built-in orders out of `all`.",
+)]
+PrefixOpt = Annotated[Path, typer.Option(
+    "-o", "--output", metavar="PREFIX", rich_help_panel=OUTPUT_PANEL,
+    help="Where to write: PREFIX.md, PREFIX.csv, PREFIX_gantt.png and PREFIX_pareto.png (with several -m, "
+         "PREFIX_mM_gantt.png ...). The folder is created.",
+)]
+FiguresOpt = Annotated[str, typer.Option(
+    "--figures", metavar="png|svg|png,svg|none", rich_help_panel=OUTPUT_PANEL,
+    help="Figure formats (they need matplotlib, the plot extra of zbsearch).",
+)]
+FigureOutOpt = Annotated[Path, typer.Option(
+    "-o", "--output", metavar="FIGURE.png|FIGURE.svg", rich_help_panel=OUTPUT_PANEL,
+    help="Figure file to write; the format follows the suffix.",
+)]
+TitleOpt = Annotated[Optional[str], typer.Option(
+    "--title", metavar="TEXT", rich_help_panel=OUTPUT_PANEL,
+    help="Chart title. Default: the schedule's name, bubble rate, makespan and peak memory.",
+)]
+
+
+def parse_counts(text: str) -> list[int]:
+    """'24,32,64' -> [24, 32, 64]; a one-line ProfileError otherwise."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise ProfileError(f"-m {text!r} is not a list of microbatch counts: write e.g. -m 24 or -m 24,32,64")
+    return counts
+
+
+def parse_list(text: str, flag: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ZbsearchError(f"{flag} is empty: give at least one value")
+    return items
+
+
+def parse_figures(text: str) -> list[str]:
+    items = [x.lower() for x in parse_list(text, "--figures")]
+    if items == ["none"]:
+        return []
+    bad = [x for x in items if x not in ("png", "svg")]
+    if bad:
+        raise ZbsearchError(f"--figures {text!r}: use png, svg, png,svg or none")
+    return list(dict.fromkeys(items))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `compare` and `plot` to the zbsearch app."""
+    app.command("compare")(compare_command)
+    app.command("plot")(plot_command)
+
+
+def compare_command(
+    output: PrefixOpt,
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    m: MicrobatchListOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    mem_limits: MemLimitsOpt = "1p,2p",
+    schedules: SchedulesOpt = "all",
+    no_torch: NoTorchOpt = False,
+    chunks: ChunksOpt = None,
+    objective: ObjectiveOpt = "makespan",
+    placement: PlacementOpt = "linear",
+    time_limit: TimeLimitOpt = 30.0,
+    workers: WorkersOpt = 2,
+    seed: SeedOpt = 0,
+    figures: FiguresOpt = "png",
+) -> None:
+    """Compare every handcrafted schedule, torch's built-in orders and zbsearch at each memory limit.
+
+    Writes PREFIX.md (a table per microbatch count and limit: schedule, memory limit, bubble rate,
+    makespan, peak memory per rank, solve time, gap), PREFIX.csv (the same rows) and figures (a grid of
+    Gantt charts on one time axis and a memory-bubble Pareto plot). Schedules over a limit stay in the
+    table, marked; zbsearch is solved at each limit with --time-limit seconds.
+    """
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import compare as cmp
+
+    ms = parse_counts(m) if m is not None else None
+    prof = load_problem(profile, uniform, p, ms[0] if ms else None, uniform_memory)
+    limits = parse_list(mem_limits, "--mem-limits")
+    formats = parse_figures(figures)
+    if formats:
+        from .plot import _matplotlib
+
+        _matplotlib()  # say it is missing before the long part
+    err = Console(stderr=True)
+    bar = Progress(TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=err, transient=True, disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        comp = cmp.compare(
+            prof, microbatches=ms, limits=limits, schedules=schedules, objective=objective, time_limit=time_limit,
+            placement=placement, chunks=check_chunks(chunks), with_torch=False if no_torch else None,
+            workers=workers, seed=seed, progress=progress)
+    comp.command = "zbsearch " + " ".join(_quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
+    written = cmp.write(comp, output, formats)
+    out = Console(highlight=False, soft_wrap=True)
+    for mm in comp.microbatches:
+        for limit in comp.limits:
+            rows = cmp.sorted_rows(comp.rows_for(mm, limit))
+            fits = [r for r in rows if r.within_limit]
+            if fits:
+                best = fits[0]
+                out.print(f"m={mm} {limit}: best {best.schedule} ({best.placement}) bubble {best.bubble_rate:.2%}; "
+                          f"{len(fits)} of {len(rows)} schedules fit")
+    for m_, name, why in comp.skipped:
+        out.print(f"skipped at m={m_}: {name}: {why}")
+    for path in written:
+        out.print(f"wrote {path}")
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def plot_command(
+    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to draw.")],
+    output: FigureOutOpt,
+    profile: ProfileOpt = None,
+    uniform: UniformOpt = None,
+    p: StagesOpt = None,
+    uniform_memory: UniformMemoryOpt = None,
+    title: TitleOpt = None,
+) -> None:
+    """Draw a schedule's Gantt chart: one row per rank, time to the right, one colour per pass kind,
+    the microbatch number in each cell, each rank's idle time and peak memory on the right.
+
+    The schedule is validated (structure, completeness, deadlock) and simulated on the profile first.
+    With --uniform, -p defaults to the schedule's rank count.
+    """
+    from .ir import Schedule
+    from .plot import figure_format, plot_gantt
+    from .validate import check
+
+    figure_format(output)
+    schedule = Schedule.load(schedule_file)
+    prof = load_problem(profile, uniform, p, None, uniform_memory,
+                        default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+    if prof.num_stages != schedule.num_ranks:
+        raise ZbsearchError(
+            f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but profile {prof.name!r} has "
+            f"{prof.num_stages} stages: use a profile with one stage per rank (or -p {schedule.num_ranks} with --uniform)")
+    report = check(schedule, prof)
+    report.raise_if_invalid(schedule.name)
+    plot_gantt(report.timeline, output, title=title)
+    typer.echo(f"wrote {output}")
+
