@@ -30,6 +30,8 @@ from zbsearch.schedules import REGISTRY, generate
 from zbsearch.solve import solve_placements
 from zbsearch.validate import check
 
+from make_results import hetero_profile  # the same synthetic profile as results/hetero_study.md
+
 ROOT = Path(__file__).resolve().parent.parent
 HANDCRAFTED = [name for name in REGISTRY if name not in ("gpipe",)]
 # Table 5 of the paper (ZB-1p, ZB-2p columns: its greedy scheduler, span convention).
@@ -39,17 +41,6 @@ PAPER = {
     ("14.6b", 48): (.1397, .0066), ("14.6b", 64): (.1088, .0054), ("14.6b", 128): (.0576, .0028),
     ("28.3b", 96): (.1421, .0038), ("28.3b", 128): (.1106, .0029), ("28.3b", 256): (.0594, .0018),
 }
-
-
-def hetero_profile(p: int, m: int) -> Profile:
-    stages = []
-    for r in range(p):
-        k = 1.2 if r == 0 else 1.5 if r == p - 1 else 1.0
-        stages.append({"F": 100 * k, "B": 100 * k, "W": 80 * k, "mem_B": 1.0 * k, "mem_W": 0.5 * k})
-    return Profile.from_dict({
-        "name": f"hetero p={p}", "num_stages": p, "microbatches": m, "time_unit": "unit", "stages": stages,
-        "comm": 5.0, "source": {"kind": "estimated", "method": "synthetic: first stage 1.2x, last 1.5x (embedding, loss), comm 5% of F"},
-    })
 
 
 def handcrafted_rows(profile: Profile, limit_text: str, objective: str) -> dict[str, float | None]:
