@@ -224,6 +224,7 @@ class ModelResult:
     bound: int
     starts: dict[Action, int]
     wall: float
+    build: float = 0.0  # seconds spent building the model before the search started
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -260,6 +261,7 @@ def solve_grid(
     model, v = build_model(grid, horizon, headroom, first_start_cap)
     if hint:
         add_hint(model, grid, v, hint)
+    built = time.monotonic() - t0
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = max(0.1, time_limit - (time.monotonic() - t0))
@@ -271,7 +273,7 @@ def solve_grid(
     starts = {a: int(solver.value(s)) for a, s in v.start.items()} if name in ("optimal", "feasible") else {}
     objective = int(solver.objective_value) if starts else None
     bound = int(solver.best_objective_bound) if name != "infeasible" else 0
-    return ModelResult(name, objective, bound, starts, time.monotonic() - t0)
+    return ModelResult(name, objective, bound, starts, time.monotonic() - t0, built)
 
 
 def orders_from_starts(grid: Problem, starts: dict[Action, int], name: str) -> Schedule:

@@ -167,6 +167,10 @@ def solve(
                 best, best_tl, best_obj = outcome.schedule, outcome.timeline, obj
         if outcome.status != "optimal" or grid_is_exact(problem, step) or res >= MAX_RESOLUTION:
             break
+        # A finer grid costs at least another model build, and CP-SAT overruns its limit by about
+        # that much on large models: only refine when the time left is well above it.
+        if deadline - (time.monotonic() - t0) < 3 * outcome.build + 1.0:
+            break
         res *= 2
     if rounds:
         details.update(rounds[-1])
@@ -222,6 +226,7 @@ class _GridOutcome:
     timeline: Timeline | None
     wall: float
     rejected: str | None = None
+    build: float = 0.0
 
 
 def _grid_round(
@@ -245,15 +250,15 @@ def _grid_round(
     if result.status == "infeasible":
         # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
         # rounding cut it off: say so rather than hide it.
-        return _GridOutcome("infeasible", 0.0, None, None, result.wall, "grid model infeasible")
+        return _GridOutcome("infeasible", 0.0, None, None, result.wall, "grid model infeasible", result.build)
     bound = _real_bound(problem, result.bound, step)
     if not result.starts:
-        return _GridOutcome(result.status, bound, None, None, result.wall)
+        return _GridOutcome(result.status, bound, None, None, result.wall, build=result.build)
     candidate = orders_from_starts(grid, result.starts, "zbsearch")
     report = check(candidate, problem.profile, problem.limit)
     if not report.ok:
-        return _GridOutcome(result.status, bound, None, None, result.wall, report.problems[0])
-    return _GridOutcome(result.status, bound, candidate, report.timeline, result.wall)
+        return _GridOutcome(result.status, bound, None, None, result.wall, report.problems[0], result.build)
+    return _GridOutcome(result.status, bound, candidate, report.timeline, result.wall, build=result.build)
 
 
 def _real_bound(problem: Problem, grid_bound: int, step: float) -> float:
