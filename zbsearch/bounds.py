@@ -95,9 +95,12 @@ def _fill_after_last_forward(F: Pass, B: Pass, W: Pass, limit: float, m: int) ->
     return best
 
 
+def objective_bound(bounds: Sequence[RankBound], objective: str) -> float:
+    """The objective's lower bound from per-rank bounds: the largest span, or the latest end."""
+    return max(b.span for b in bounds) if objective == "span" else max(b.end for b in bounds)
+
+
 def lower_bound(problem: Problem, passes: Sequence[Pass] | None = None, objective: str | None = None) -> float:
     """The best analytic lower bound on the objective (makespan or span)."""
     bounds = rank_bounds(problem, passes if passes is not None else problem.passes)
-    if (objective or problem.objective) == "span":
-        return max(b.span for b in bounds)
-    return max(b.end for b in bounds)
+    return objective_bound(bounds, objective or problem.objective)

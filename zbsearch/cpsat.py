@@ -21,7 +21,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from .bounds import earliest_starts, lower_bound, rank_bounds
+from .bounds import RankBound, earliest_starts, objective_bound, rank_bounds
 from .ir import Action, Kind, Schedule, build
 from .problem import Problem
 
@@ -153,7 +153,8 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
 
 
 def add_rank_windows(
-    model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int, first_start_cap: list[int] | None = None,
+    model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int, bounds: list[RankBound],
+    first_start_cap: list[int] | None = None,
 ) -> None:
     """Each rank's first start and last end, and the analytic lower bound on the time between them
     (bounds.py), which CP-SAT does not find by propagation.
@@ -164,7 +165,6 @@ def add_rank_windows(
     Without this pin the model could shorten a rank's span by starting it late, which no executor
     does; with it, for any fixed order, the best span the model can find is the ASAP run's.
     """
-    bounds = rank_bounds(grid, grid.passes)
     m, pl = grid.num_microbatches, grid.placement
     for r in range(grid.num_ranks):
         mine = [ps.action for ps in grid.passes if ps.rank == r]
@@ -184,8 +184,8 @@ def add_rank_windows(
         v.rank_last.append(last)
 
 
-def add_objective(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int) -> None:
-    lower = int(math.ceil(lower_bound(grid, grid.passes) - 1e-9))
+def add_objective(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int, bounds: list[RankBound]) -> None:
+    lower = int(math.ceil(objective_bound(bounds, grid.objective) - 1e-9))
     obj = model.new_int_var(min(lower, horizon), horizon, grid.objective)
     if grid.objective == "makespan":
         model.add_max_equality(obj, v.rank_last)
@@ -246,8 +246,9 @@ def build_model(
     add_one_pass_at_a_time(model, grid, v)
     add_symmetry_breaking(model, grid, v)
     add_memory(model, grid, v, headroom)
-    add_rank_windows(model, grid, v, horizon, first_start_cap)
-    add_objective(model, grid, v, horizon)
+    bounds = rank_bounds(grid, grid.passes)
+    add_rank_windows(model, grid, v, horizon, bounds, first_start_cap)
+    add_objective(model, grid, v, horizon, bounds)
     return model, v
 
 

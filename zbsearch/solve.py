@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .bounds import lower_bound, rank_bounds
+from .bounds import RankBound, objective_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
 from .errors import InfeasibleError, ZbsearchError
 from .ir import Action, Kind, Schedule, build
@@ -144,7 +144,8 @@ def solve(
         raise ZbsearchError("no heuristic produced a valid schedule; this is a bug, please report it")
     name, best, best_tl = starts[0]
     best_obj = heuristic_obj = objective_of(best_tl, problem.objective)
-    lb = lower_bound(problem)
+    real_bounds = rank_bounds(problem, problem.passes)
+    lb = objective_bound(real_bounds, problem.objective)
     details: dict[str, Any] = {"heuristics_tried": len(starts), "cpsat_status": "not run"}
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
@@ -156,7 +157,8 @@ def solve(
     deadline = time_limit * (1 - RESERVE) - 0.5
     while best_obj > lb * (1 + OPTIMAL_RTOL) and deadline - (time.monotonic() - t0) > 0.5:
         step = choose_step(problem, res)
-        outcome = _grid_round(problem, best, best_tl, step, t0, deadline, workers, seed, lb, best_obj, progress)
+        outcome = _grid_round(problem, real_bounds, best, best_tl, step, t0, deadline, workers, seed, lb, best_obj,
+                              progress)
         rounds.append({"grid_step": step, "cpsat_status": outcome.status, "cpsat_seconds": round(outcome.wall, 2)})
         lb = max(lb, outcome.bound)
         if outcome.rejected:
@@ -230,21 +232,22 @@ class _GridOutcome:
 
 
 def _grid_round(
-    problem: Problem, best: Schedule, best_tl: Timeline, step: float, t0: float, time_limit: float,
-    workers: int, seed: float, lb: float, best_obj: float, progress: Callable[[Progress], None] | None,
+    problem: Problem, real_bounds: list[RankBound], best: Schedule, best_tl: Timeline, step: float, t0: float,
+    time_limit: float, workers: int, seed: float, lb: float, best_obj: float,
+    progress: Callable[[Progress], None] | None,
 ) -> _GridOutcome:
     """One CP-SAT solve on the grid of this step, hinted with the incumbent; its orders re-timed and
     validated with the exact times."""
     grid = on_grid(problem, step)
     hint = {slot.action: int(round(slot.start)) for slot in simulate(split_backward(best), grid.profile).iter_slots()}
-    caps = [int(math.floor(b.head / step + 1e-9)) for b in rank_bounds(problem, problem.passes)]
+    caps = [int(math.floor(b.head / step + 1e-9)) for b in real_bounds]
 
     def on_solution(elapsed: float, obj: int, bound: int) -> None:
         if progress:
             progress(Progress(time.monotonic() - t0, min(best_obj, obj * step),
                               max(lb, _real_bound(problem, bound, step)), f"cp-sat {step:.3g}"))
 
-    result = solve_grid(grid, hint=hint, horizon=_horizon(problem, best_tl, step),
+    result = solve_grid(grid, hint=hint, horizon=_horizon(problem, real_bounds, best_tl, step),
                         time_limit=time_limit - (time.monotonic() - t0), workers=workers, seed=int(seed),
                         progress=on_solution, first_start_cap=caps)
     if result.status == "infeasible":
@@ -277,11 +280,11 @@ def grid_is_exact(problem: Problem, step: float) -> bool:
     return all(whole(ps.duration) and all(whole(h) for _, h in ps.inputs) for ps in problem.passes)
 
 
-def _horizon(problem: Problem, incumbent: Timeline, step: float) -> int:
+def _horizon(problem: Problem, real_bounds: list[RankBound], incumbent: Timeline, step: float) -> int:
     """Latest grid time the model needs. For makespan: the incumbent's. For span: an optimal order
     run as soon as possible starts each rank at its head (its first pass is microbatch 0's forward)
     and ends within the incumbent's span after it."""
     if problem.objective == "makespan":
         return int(math.ceil(incumbent.makespan / step)) + 1
-    heads = max(b.head for b in rank_bounds(problem, problem.passes))
+    heads = max(b.head for b in real_bounds)
     return int(math.ceil(max(heads + incumbent.span, incumbent.makespan) / step)) + 2
