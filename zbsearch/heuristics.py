@@ -538,12 +538,16 @@ def _costs_apply(profile: Profile, placement: Placement) -> bool:
             or len(profile.chunks) == placement.num_chunks)
 
 
-def _handcrafted(p: int, m: int) -> Iterator[tuple[str, Schedule]]:
+def _handcrafted(p: int, m: int, placement_names: set[str] | None = None) -> Iterator[tuple[str, Schedule]]:
     """Every registered generator whose module exists yet and that is defined for (p, m); chunked
-    ones with their default chunk count and a few others."""
+    ones with their default chunk count and a few others. `placement_names`: only generators whose
+    schedules use one of these placements (generating a V-shape schedule for p=32, m=256 takes
+    seconds, wasted when the search is on another placement)."""
     from . import schedules
 
     for name, gen in schedules.REGISTRY.items():
+        if placement_names is not None and gen.placement not in placement_names:
+            continue
         chunk_options: list[int | None] = [None]
         if gen.takes_chunks:
             chunk_options = sorted({c for c in (gen.default_chunks, 2, 3, 4) if c})
@@ -609,7 +613,8 @@ def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handc
     out: list[_Pending] = []
     seen: dict[Any, _Pending] = {}
     if handcrafted:
-        for name, sched in _handcrafted(p, m):
+        wanted = {pl.name for pl in (placements or [linear(p)])} if same_placement else None
+        for name, sched in _handcrafted(p, m, wanted):
             if not _costs_apply(profile, sched.placement):
                 continue
             if same_placement and sched.placement not in list(placements or [linear(p)]):

@@ -20,9 +20,6 @@ from .report import summarize
 from .simulate import Timeline, simulate
 from .validate import check
 
-# Heuristic schedules validated in full (the rest are ranked by a cheap timing only): validating one
-# schedule of p=32, m=256 takes a second or two.
-HINTS_VALIDATED = 5
 # Share of the time limit kept back for re-timing and validating CP-SAT's answer at the end.
 RESERVE = 0.10
 # Finest grid the refinement goes to: the shortest pass in this many units.
@@ -111,22 +108,23 @@ def one_at_a_time(problem: Problem) -> Schedule:
     return build("one-at-a-time", pl, m, ranks)
 
 
-def heuristic_start(problem: Problem) -> list[tuple[str, Schedule, Timeline]]:
-    """Every valid heuristic schedule for this problem, best first."""
+def heuristic_start(problem: Problem) -> tuple[str, Schedule, Timeline]:
+    """The best valid heuristic schedule on this problem's placement, or microbatches one at a time
+    when no heuristic fits. Candidates are ranked by exact timing first and only the winner is
+    validated (unless it fails): a full validation at p=32, m=128 takes a second and a half."""
     from . import heuristics
 
-    found = [
-        (name, s, t) for name, s, t in heuristics.candidates(problem.profile, problem.num_microbatches, problem.limit, problem.objective,
-                                                    placements=[problem.placement], top=HINTS_VALIDATED,
-                                                    same_placement=True)
-        if s.placement == problem.placement
-    ]
+    for name, s, t in heuristics.candidates(problem.profile, problem.num_microbatches, problem.limit,
+                                            problem.objective, placements=[problem.placement], top=1,
+                                            same_placement=True):
+        if s.placement == problem.placement:
+            return name, s, t
     fallback = one_at_a_time(problem)
     report = check(fallback, problem.profile, problem.limit)
-    if report.ok:
-        found.append(("one-at-a-time", fallback, report.timeline))
-    found.sort(key=lambda x: (objective_of(x[2], problem.objective), max(x[2].peak_memory(r) for r in range(problem.num_ranks))))
-    return found
+    if not report.ok:
+        raise ZbsearchError(f"no heuristic produced a valid schedule ({report.problems[0]}); this is a bug, please report it")
+    assert report.timeline is not None
+    return "one-at-a-time", fallback, report.timeline
 
 
 def solve(
@@ -139,14 +137,12 @@ def solve(
     """
     t0 = time.monotonic()
     problem.check_feasible()
-    starts = heuristic_start(problem)
-    if not starts:
-        raise ZbsearchError("no heuristic produced a valid schedule; this is a bug, please report it")
-    name, best, best_tl = starts[0]
+    name, best, best_tl = heuristic_start(problem)
+    start = best
     best_obj = heuristic_obj = objective_of(best_tl, problem.objective)
     real_bounds = rank_bounds(problem, problem.passes)
     lb = objective_bound(real_bounds, problem.objective)
-    details: dict[str, Any] = {"heuristics_tried": len(starts), "cpsat_status": "not run"}
+    details: dict[str, Any] = {"cpsat_status": "not run"}
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
 
@@ -179,7 +175,7 @@ def solve(
         details["grid_rounds"] = rounds
     status = "optimal" if best_obj <= lb * (1 + OPTIMAL_RTOL) else "feasible"
     meta = dict(best.meta, solver="zbsearch", start_heuristic=name, objective=problem.objective)
-    schedule = Schedule("zbsearch" if best is not starts[0][1] else name, best.placement, best.num_microbatches, best.ranks, meta)
+    schedule = Schedule("zbsearch" if best is not start else name, best.placement, best.num_microbatches, best.ranks, meta)
     return SolveResult(problem, schedule, best_tl, best_obj, min(lb, best_obj), status,
                        time.monotonic() - t0, name, heuristic_obj, details)
 

@@ -22,19 +22,22 @@ class Generator:
     summary: str
     takes_chunks: bool = False
     default_chunks: int | None = None
+    # Name of the placement its schedules use (Placement.name), so a search on one placement can
+    # skip the others without generating them; interleaved-1f1b with one chunk is linear.
+    placement: str = "linear"
 
 
 REGISTRY: dict[str, Generator] = {g.name: g for g in (
     Generator("gpipe", "gpipe", "gpipe", "all forwards, then all full backwards"),
     Generator("1f1b", "one_f_one_b", "one_f_one_b", "PipeDream-Flush: warm-up forwards, then one forward / one full backward"),
-    Generator("interleaved-1f1b", "interleaved", "interleaved_1f1b", "Megatron's interleaved 1F1B with V chunks per rank (looped)", True, 2),
+    Generator("interleaved-1f1b", "interleaved", "interleaved_1f1b", "Megatron's interleaved 1F1B with V chunks per rank (looped)", True, 2, "interleaved"),
     Generator("zb-h1", "zero_bubble", "zb_h1", "Zero Bubble H1: 1F1B with B/W split, W deferred into the drain; 1F1B memory"),
     Generator("zb-h2", "zero_bubble", "zb_h2", "Zero Bubble H2: extra warm-up forwards, W fills the drain; ~2p memory"),
-    Generator("zb-v", "zbv", "zb_v", "Zero Bubble V: V-shape, 2 chunks per rank, 1F1B memory"),
-    Generator("dualpipe", "dualpipe", "dualpipe", "DeepSeek DualPipe: two directions, overlapped F&B pairs; p even"),
-    Generator("dualpipev", "dualpipe", "dualpipev", "DualPipeV: DualPipe cut in half on a V-shape placement"),
-    Generator("v-half", "vshape", "v_half", "V-Half: V-shape with about half of 1F1B's activation memory"),
-    Generator("v-min", "vshape", "v_min", "V-Min: V-shape with about a third of 1F1B's activation memory"),
+    Generator("zb-v", "zbv", "zb_v", "Zero Bubble V: V-shape, 2 chunks per rank, 1F1B memory", placement="v"),
+    Generator("dualpipe", "dualpipe", "dualpipe", "DeepSeek DualPipe: two directions, overlapped F&B pairs; p even", placement="dualpipe"),
+    Generator("dualpipev", "dualpipe", "dualpipev", "DualPipeV: DualPipe cut in half on a V-shape placement", placement="v"),
+    Generator("v-half", "vshape", "v_half", "V-Half: V-shape with about half of 1F1B's activation memory", placement="v"),
+    Generator("v-min", "vshape", "v_min", "V-Min: V-shape with about a third of 1F1B's activation memory", placement="v"),
 )}
 
 
