@@ -65,3 +65,40 @@ def test_start_and_end_idle_are_what_memory_cannot_cover():
     rb = rank_bounds(make_problem(prof, "0.5p", "span"), make_problem(prof, "0.5p", "span").passes)
     assert rb[0].start_idle == pytest.approx(2.0)
     assert rb[1].start_idle == pytest.approx(0.0)
+
+
+def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
+    # p=2, F=B=W=1, no comm, limit one microbatch (mem_B 1, mem_W 0.5). On rank 0 a microbatch holds
+    # 0.5 from F start to B end (F, F, B, B: 4) and 0.5 to W end (5): 4.5 per microbatch, x4 / 1 = 18.
+    # Only one microbatch fits at a time, so the real optimum is 4 x 5 = 20; the bound must not pass it.
+    prof = uniform_profile(1, 1, 1, p=2, m=4)
+    problem = make_problem(prof, "0.5p", "span")
+    rb = rank_bounds(problem, problem.passes)
+    assert rb[0].memory_time == pytest.approx(18.0, rel=1e-6)
+    assert rb[0].span == pytest.approx(18.0, rel=1e-6)  # above work + idle (12 + 2)
+    from zbsearch.solve import one_at_a_time
+
+    assert simulate(one_at_a_time(problem), prof).span == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("limit", ["0.5p", "1p"])
+@pytest.mark.parametrize("placement", ["linear", "v"])
+def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement):
+    """The bound against every valid heuristic on the placement (handcrafted and greedy), with the
+    tight limits where the memory-time bound binds."""
+    from zbsearch.heuristics import candidates
+
+    rng = random.Random(100 + seed)
+    p, m = rng.randint(2, 4), rng.randint(2, 8)
+    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": rng.uniform(0.5, 1.5),
+               "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
+    prof = Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
+                              "source": {"kind": "estimated", "method": "random test"}})
+    for objective in ("makespan", "span"):
+        problem = make_problem(prof, limit, objective, placement)
+        bound = lower_bound(problem)
+        found = candidates(prof, m, problem.limit, objective, placements=[problem.placement], same_placement=True)
+        for name, _, tl in found:
+            cost = tl.makespan if objective == "makespan" else tl.span
+            assert cost >= bound - 1e-9, f"{name} beats the 'lower bound'"

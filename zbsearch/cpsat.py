@@ -21,7 +21,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from .bounds import RankBound, earliest_starts, objective_bound, rank_bounds
+from .bounds import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
 from .ir import Action, Kind, Schedule, build
 from .problem import Problem
 
@@ -135,6 +135,9 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
     that the exact check refuses.
     """
     scale = memory_scale(grid)
+    # A block lasts at least the dependency path from its F to the pass that frees it; saying so
+    # lets CP-SAT's energy reasoning on the cumulative see what bounds.py's memory-time bound sees.
+    hold = hold_times(grid.passes)
     for r in range(grid.num_ranks):
         cap = grid.limit.per_rank[r]
         if math.isinf(cap):
@@ -146,11 +149,11 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
                 continue
             cost = grid.profile.chunk_cost(grid.placement, a.chunk)
             total, keep = round(cost.mem_B * scale), round(cost.mem_W * scale)
-            for until, demand in ((Kind.B, total - keep), (Kind.W, keep)):
+            for (until, demand), shortest in zip(((Kind.B, total - keep), (Kind.W, keep)), hold[a.chunk]):
                 if demand <= 0:
                     continue
                 freed_by = Action(a.chunk, until, a.microbatch)
-                size = model.new_int_var(0, v.horizon, f"held_{_name(a)}_until_{until.label}")
+                size = model.new_int_var(min(int(shortest), v.horizon), v.horizon, f"held_{_name(a)}_until_{until.label}")
                 v.held.append((size, a, freed_by))
                 intervals.append(model.new_interval_var(v.start[a], size, v.end[freed_by], f"mem_{_name(a)}_until_{until.label}"))
                 demands.append(demand)
