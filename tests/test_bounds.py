@@ -102,3 +102,19 @@ def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement
         for name, _, tl in found:
             cost = tl.makespan if objective == "makespan" else tl.span
             assert cost >= bound - 1e-9, f"{name} beats the 'lower bound'"
+
+
+def test_start_and_end_idle_on_a_v_shape_middle_rank():
+    # Hetero p=4, V-shape, 0.5p: rank 3 holds chunks 3 and 4 (F=B=75, W=60, mem_B 0.75, mem_W 0.375
+    # each; limit 3.0), hops 5. From F(3) starting to B(4) being able to start: F3 F4 F5 F6 F7 B7 B6
+    # B5 = 75+75+50+50+60+60+50+50 plus 6 hops = 500, and only 4 forwards (300) fit: idle 200.
+    # After the last F(4): F5..B5 and 6 hops = 350; that microbatch holds 1.5, the other 1.5 holds at
+    # best one microbatch awaiting B3, W3, B4, W4 (270): idle 80.
+    from make_results import hetero_profile
+
+    problem = make_problem(hetero_profile(4, 16), "0.5p", "makespan", "v")
+    rb = rank_bounds(problem, problem.passes)[3]
+    assert rb.start_idle == pytest.approx(200.0)
+    assert rb.end_idle == pytest.approx(80.0, rel=1e-6)
+    assert rb.disjoint
+    assert rb.end == pytest.approx(175 + 6720 + 280, rel=1e-6)

@@ -6,12 +6,14 @@ and the solver's integer-grid relaxation.
 
 - head: no pass of rank r can start before microbatch 0's forwards reach it.
 - work: a rank runs its passes one at a time.
-- start idle (one stage per rank): between rank r's first pass and its first B only forwards can run
-  (no gradient has come back, and W needs B), at most n = limit // mem_B of them fit in memory, while
-  microbatch 0 must go down to the last stage and back. The rest of that window is idle.
-- end idle (one stage per rank): between the end of rank r's last F and the start of that
-  microbatch's B, the gradient makes the same trip; only B and W of microbatches already in memory
+- start idle: before rank r's first backward only forwards can run, and nothing is freed until a
+  backward ends, so only the forwards whose activations fit in the limit together can fill the time
+  until the first microbatch's gradient comes back. The rest of that window is idle.
+- end idle: between the end of rank r's last forward and that microbatch's first backward on r,
+  the gradient makes the rest of the round trip; only B and W of microbatches already in memory
   at that moment can fill the window, and memory caps how many there are.
+  Both hold on any placement (measured along each route through the rank); for one stage per rank
+  they are the round trip of microbatch 0 to the last stage and back.
 - memory-time (any placement): a microbatch's activations on a chunk stay from the start of its F
   to the end of its B (mem_B - mem_W) and of its W (mem_W), and neither can be shorter than the
   longest dependency path between those passes. All of it lies inside the rank's window, where at
@@ -21,6 +23,7 @@ and the solver's integer-grid relaxation.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -110,46 +113,173 @@ def memory_time(passes: Sequence[Pass], limits: Sequence[float]) -> list[float]:
 
 
 def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
-    p, m = problem.num_ranks, problem.num_microbatches
+    p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
     head: dict[int, float] = {}
     for ps in passes:
         work[ps.rank] += ps.duration
         head[ps.rank] = min(head.get(ps.rank, math.inf), es[ps.action])
-    linear = problem.placement.name == "linear" and len(problem.placement.routes) == 1
-    by_action = {ps.action: ps for ps in passes}
     held = memory_time(passes, problem.limit.per_rank)
+    chunks = _chunk_facts(passes)
+    leaders = _route_leaders(problem, passes)
     out = []
     for r in range(p):
-        start_idle = end_idle = 0.0
-        disjoint = False
-        if linear:
-            F = by_action[Action(r, Kind.F, 0)]
-            B = by_action[Action(r, Kind.B, 0)]
-            W = by_action[Action(r, Kind.W, 0)]
-            # F(r,0) start -> B(r,0) start along microbatch 0's round trip.
-            trip = es[B.action] - es[F.action]
-            limit = problem.limit.per_rank[r]
-            n = m if math.isinf(limit) else min(m, int(limit // F.alloc + 1e-9))
-            start_idle = max(0.0, trip - n * F.duration)
-            end_idle = max(0.0, trip - F.duration - _fill_after_last_forward(F, B, W, limit, m))
-            disjoint = m > n
-        out.append(RankBound(r, head[r], work[r], start_idle, end_idle, disjoint, held[r]))
+        cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
+        mine = {c: f for c, f in chunks.items() if f.rank == r}
+        start_idle = end_idle = math.inf
+        for facts in _route_facts(problem, leaders, r):
+            start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap))
+            end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
+        # The windows overlap only if every forward runs before the first backward, so all of
+        # them fit in memory together.
+        disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
+        out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r]))
     return out
 
 
-def _fill_after_last_forward(F: Pass, B: Pass, W: Pass, limit: float, m: int) -> float:
-    """Most B+W work that can run between a rank's last F and that microbatch's B: a microbatches
-    awaiting B (the last one among them) and b awaiting W, with a*mem_B + b*mem_W <= limit."""
-    mb, mw = F.alloc, W.free
+@dataclass(frozen=True)
+class _Chunk:
+    rank: int
+    count: int  # microbatches through this chunk
+    F: float
+    B: float
+    W: float
+    alloc: float  # held from F's start; W's part stays until W ends
+    keep: float
+
+
+@dataclass(frozen=True)
+class _RouteFacts:
+    to_first_b: float  # the route's first F on the rank starts -> its first B there can start
+    after_last_f: float  # the route's last F on the rank ends -> that microbatch's first B there
+    held: dict[int, int]  # chunks on the rank that one microbatch of this route holds at that moment
+
+
+def _chunk_facts(passes: Sequence[Pass]) -> dict[int, _Chunk]:
+    found: dict[int, dict] = defaultdict(lambda: {"count": 0})
+    for ps in passes:
+        f = found[ps.action.chunk]
+        f["rank"] = ps.rank
+        f[ps.action.kind.name] = ps.duration
+        if ps.action.kind is Kind.F:
+            f["count"] += 1
+            f["alloc"] = ps.alloc
+        elif ps.action.kind is Kind.W:
+            f["keep"] = ps.free
+    return {c: _Chunk(f["rank"], f["count"], f["F"], f["B"], f["W"], f["alloc"], f["keep"]) for c, f in found.items()}
+
+
+def _route_leaders(problem: Problem, passes: Sequence[Pass]) -> dict[int, list[Pass]]:
+    """The passes of each route's first microbatch, by microbatch: costs do not depend on the
+    microbatch, so one stands for its route."""
+    pl, m = problem.placement, problem.num_microbatches
+    firsts = {pl.route_index(i, m): i for i in reversed(range(m))}
+    wanted = set(firsts.values())
+    leaders: dict[int, list[Pass]] = {i: [] for i in sorted(wanted)}
+    for ps in passes:
+        if ps.action.microbatch in wanted:
+            leaders[ps.action.microbatch].append(ps)
+    return leaders
+
+
+def _route_facts(problem: Problem, leaders: dict[int, list[Pass]], rank: int) -> list[_RouteFacts]:
+    """For each route through `rank`, on its first microbatch: how long after its first forward on
+    the rank a backward can start there, and how long after its last forward there its gradient
+    comes back."""
+    pl, m = problem.placement, problem.num_microbatches
+    out = []
+    for i, mb_passes in leaders.items():
+        here = [c for c in pl.route(i, m) if pl.chunk_to_rank[c] == rank]
+        if not here:
+            continue
+        dur = {ps.action: ps.duration for ps in mb_passes}
+        first, last = Action(here[0], Kind.F, i), Action(here[-1], Kind.F, i)
+        from_first = _longest_from(mb_passes, first)
+        from_last = _longest_from(mb_passes, last)
+        b_starts = [from_first[Action(c, Kind.B, i)] - dur[Action(c, Kind.B, i)] for c in here]
+        back = Action(here[-1], Kind.B, i)
+        out.append(_RouteFacts(min(b_starts), from_last[back] - dur[back] - dur[last], {c: 1 for c in here}))
+    return out
+
+
+# Above this many count combinations the fills below use their linear relaxation, which is still
+# an upper bound on the work that fits (so the idle bound stays valid), only looser.
+EXACT_COMBINATIONS = 2_000
+
+
+def _forwards_that_fit(mine: dict[int, _Chunk], cap: float) -> float:
+    """Most forward work a rank can run before its first backward: nothing is freed until a
+    backward ends, so all those forwards' activations are held at once."""
+    if math.isinf(cap):
+        return sum(f.F * f.count for f in mine.values())
+    chunks = list(mine.values())
+    head, tail = chunks[:-1], chunks[-1]
+    ranges = [range(_fits(cap, f.alloc, f.count) + 1) for f in head]
+    if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
+        return _fractional(cap, [(f.alloc, f.F, f.count) for f in chunks])
     best = 0.0
-    a_max = m if math.isinf(limit) else min(m, int(limit // mb + 1e-9))
-    for a in range(1, max(a_max, 1) + 1):
-        room = limit - a * mb
-        b = m - a if (mw == 0 or math.isinf(limit)) else min(m - a, max(0, int(room // mw + 1e-9)))
-        best = max(best, (a - 1) * (B.duration + W.duration) + b * W.duration)
+    for counts in itertools.product(*ranges):
+        room = cap - sum(n * f.alloc for n, f in zip(counts, head))
+        if room < 0:
+            continue
+        best = max(best, sum(n * f.F for n, f in zip(counts, head)) + _fits(room, tail.alloc, tail.count) * tail.F)
     return best
+
+
+def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: dict[int, int]) -> float:
+    """Most B and W work a rank can run between its last forward and the first backward there of
+    that forward's microbatch. Only microbatches whose activations are held at that moment can run
+    (every forward on the rank is done): some awaiting B (worth B + W, holding alloc) and some
+    awaiting only W (worth W, holding keep); the last microbatch holds its chunks and runs nothing."""
+    chunks = list(mine.items())
+    room0 = cap - sum(held.get(c, 0) * f.alloc for c, f in chunks)
+    counts = {c: f.count - held.get(c, 0) for c, f in chunks}
+    if math.isinf(cap):
+        return sum(counts[c] * (f.B + f.W) for c, f in chunks)
+    ranges = [range(_fits(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]
+    if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
+        items = [(f.alloc, f.B + f.W, counts[c]) for c, f in chunks] + [(f.keep, f.W, counts[c]) for c, f in chunks]
+        return _fractional(room0, items)
+    best = 0.0
+    for waiting_b in itertools.product(*ranges):
+        room = room0 - sum(n * f.alloc for n, (_, f) in zip(waiting_b, chunks))
+        if room < 0:
+            continue
+        done = sum(n * (f.B + f.W) for n, (_, f) in zip(waiting_b, chunks))
+        w_items = [(f.keep, f.W, counts[c] - n) for n, (c, f) in zip(waiting_b, chunks)]
+        if len(w_items) == 1:
+            keep, w, n_max = w_items[0]
+            done += _fits(room, keep, n_max) * w
+        else:
+            done += _fractional(room, w_items)
+        best = max(best, done)
+    return best
+
+
+def _fits(room: float, size: float, count: int) -> int:
+    """How many blocks of `size` fit in `room`, at most `count`."""
+    if size <= 0:
+        return max(count, 0)
+    # Divide, then floor with a tolerance: `room // size` rounds 4.99999... down to 4 when the room
+    # holds exactly 5 blocks in decimal but not in binary floating point.
+    return max(0, min(count, math.floor(room / size + 1e-9)))
+
+
+def _fractional(room: float, items: list[tuple[float, float, int]]) -> float:
+    """Linear relaxation of a bounded knapsack: (size, worth, count) items by worth per size, the
+    last one cut to fit. No integer choice is worth more."""
+    total = 0.0
+    for size, worth, count in sorted(items, key=lambda x: -x[1] / x[0] if x[0] > 0 else -math.inf):
+        if count <= 0:
+            continue
+        if size <= 0:
+            total += worth * count
+            continue
+        take = min(count, max(room, 0.0) / size)
+        total += take * worth
+        room -= take * size
+    return total
 
 
 def objective_bound(bounds: Sequence[RankBound], objective: str) -> float:
