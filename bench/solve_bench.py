@@ -9,7 +9,8 @@ Sections:
   at the 1p and 2p limits, next to the paper's ZB-1p / ZB-2p figures (span).
 - hetero: first stage 1.2x, last 1.5x the others, comm 5% of F, M_W = M_B / 2; zbsearch against
   every handcrafted schedule that fits the same limit.
-- small: p*m <= 64, where zbsearch should prove optimality.
+- small / small-auto: p*m <= 64, where zbsearch should prove optimality; one stage per rank, then
+  with --placement auto (one stage per rank or V-shape).
 - scale: p=32, m=256 under a 120 s limit, with the process's peak memory.
 """
 
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from zbsearch.errors import PreconditionError
+from zbsearch.fileio import write_atomic
 from zbsearch.memory import parse_mem_limit
 from zbsearch.problem import make_problems
 from zbsearch.profile import Profile, load_profile
@@ -106,13 +108,15 @@ def section_hetero(time_limit: float) -> list[dict]:
     return rows
 
 
-def section_small(time_limit: float) -> list[dict]:
+def section_small(time_limit: float, placement: str = "linear") -> list[dict]:
+    """p*m <= 64 on one stage per rank (the optimality target), and again with --placement auto,
+    where the V-shape beats every linear schedule at 0.5p."""
     rows = []
     for p, m in ((4, 8), (4, 16), (8, 8)):
         prof = hetero_profile(p, m)
         for limit in ("0.5p", "1p", "2p"):
             for objective in ("makespan", "span"):
-                row = run_one(prof, limit, objective, time_limit)
+                row = run_one(prof, limit, objective, time_limit, placement=placement)
                 rows.append(row)
                 print(_line(row), flush=True)
     return rows
@@ -172,7 +176,7 @@ def markdown(sections: dict[str, list[dict]], command: str) -> str:
 
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="table5-span,table5-makespan,hetero,small,scale")
+    ap.add_argument("--only", default="table5-span,table5-makespan,hetero,small,small-auto,scale")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--scale-time-limit", type=float, default=120.0)
     ap.add_argument("--out", default=str(ROOT / "results" / "solve_bench"))
@@ -183,6 +187,7 @@ def main(argv: list[str]) -> None:
         "table5-makespan": lambda: section_table5("makespan", args.time_limit),
         "hetero": lambda: section_hetero(args.time_limit),
         "small": lambda: section_small(args.time_limit),
+        "small-auto": lambda: section_small(args.time_limit, "auto"),
         "scale": lambda: section_scale(args.scale_time_limit),
     }
     # Sections not run this time keep their last results, so one section can be rerun on its own.
@@ -191,8 +196,8 @@ def main(argv: list[str]) -> None:
     sections.update({name: runners[name]() for name in runners if name in wanted})
     sections = {name: sections[name] for name in runners if name in sections}
     command = "python bench/solve_bench.py [--only SECTION,...]"
-    Path(args.out + ".md").write_text(markdown(sections, command))
-    Path(args.out + ".json").write_text(json.dumps(sections, indent=1) + "\n")
+    write_atomic(args.out + ".md", markdown(sections, command))
+    write_atomic(args.out + ".json", json.dumps(sections, indent=1) + "\n")
     print(f"wrote {args.out}.md and .json")
 
 
