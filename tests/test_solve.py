@@ -164,3 +164,11 @@ def test_start_is_a_real_heuristic_when_other_placements_rank_first():
     result = solve(make_problem(prof, "2p", "makespan"), time_limit=10)
     assert result.start_heuristic != "one-at-a-time"
     assert result.status == "optimal"
+
+
+def test_exact_step_is_the_coarsest_grid_that_holds_every_time():
+    from zbsearch.solve import exact_step
+
+    assert exact_step(make_problem(uniform_profile(3, 2, 1, 0.5, p=2, m=2), "2p")) == pytest.approx(0.5)
+    assert exact_step(make_problem(uniform_profile(3, 2, 1, p=2, m=2), "2p")) == pytest.approx(1.0)
+    assert exact_step(make_problem(uniform_profile(math.pi, 2, 1, p=2, m=2), "2p")) is None

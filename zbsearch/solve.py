@@ -24,6 +24,8 @@ from .validate import check
 RESERVE = 0.10
 # Finest grid the refinement goes to: the shortest pass in this many units.
 MAX_RESOLUTION = 320
+# Models up to this many passes start on the exact grid when there is one (see solve).
+EXACT_FIRST_MAX_PASSES = 600
 # Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
 OPTIMAL_RTOL = 1e-9
 
@@ -151,8 +153,12 @@ def solve(
     res = resolution
     rounds: list[dict[str, Any]] = []
     deadline = time_limit * (1 - RESERVE) - 0.5
+    # A small model whose times all sit on a common grid goes straight to that grid: only there can
+    # a span be proven optimal (a coarser grid's bound loses a step), and the coarse rounds before it
+    # cost small models more than they save.
+    exact = exact_step(problem) if len(problem.passes) <= EXACT_FIRST_MAX_PASSES else None
     while best_obj > lb * (1 + OPTIMAL_RTOL) and deadline - (time.monotonic() - t0) > 0.5:
-        step = choose_step(problem, res)
+        step = exact if exact is not None else choose_step(problem, res)
         outcome = _grid_round(problem, real_bounds, best, best_tl, step, t0, deadline, workers, seed, lb, best_obj,
                               progress)
         rounds.append({"grid_step": step, "cpsat_status": outcome.status, "cpsat_seconds": round(outcome.wall, 2)})
@@ -163,7 +169,7 @@ def solve(
             obj = objective_of(outcome.timeline, problem.objective)
             if obj < best_obj * (1 - 1e-12):
                 best, best_tl, best_obj = outcome.schedule, outcome.timeline, obj
-        if outcome.status != "optimal" or grid_is_exact(problem, step) or res >= MAX_RESOLUTION:
+        if outcome.status != "optimal" or exact is not None or grid_is_exact(problem, step) or res >= MAX_RESOLUTION:
             break
         # A finer grid costs at least another model build, and CP-SAT overruns its limit by about
         # that much on large models: only refine when the time left is well above it.
@@ -267,6 +273,18 @@ def _real_bound(problem: Problem, grid_bound: int, step: float) -> float:
     if problem.objective == "makespan" or grid_is_exact(problem, step):
         return step * grid_bound
     return step * (grid_bound - 1)
+
+
+def exact_step(problem: Problem) -> float | None:
+    """The coarsest step on which every pass and hop time is a whole number, with at most
+    MAX_RESOLUTION units in the shortest pass; None when there is none."""
+    times = {ps.duration for ps in problem.passes} | {hop for ps in problem.passes for _, hop in ps.inputs}
+    shortest = min(ps.duration for ps in problem.passes if ps.duration > 0)
+    for k in range(1, MAX_RESOLUTION + 1):
+        step = shortest / k
+        if all(abs(t / step - round(t / step)) < 1e-9 for t in times):
+            return step
+    return None
 
 
 def grid_is_exact(problem: Problem, step: float) -> bool:
