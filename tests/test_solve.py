@@ -172,3 +172,17 @@ def test_exact_step_is_the_coarsest_grid_that_holds_every_time():
     assert exact_step(make_problem(uniform_profile(3, 2, 1, 0.5, p=2, m=2), "2p")) == pytest.approx(0.5)
     assert exact_step(make_problem(uniform_profile(3, 2, 1, p=2, m=2), "2p")) == pytest.approx(1.0)
     assert exact_step(make_problem(uniform_profile(math.pi, 2, 1, p=2, m=2), "2p")) is None
+
+
+def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model(monkeypatch):
+    # CP-SAT cannot stop before its presolve and first search task end; with less time than those
+    # take the solver keeps its validated start instead of overrunning the limit.
+    import zbsearch.solve as solve_module
+
+    monkeypatch.setattr(solve_module, "CPSAT_SECONDS_PER_PASS", 1e6)
+    prof = hetero(4, 8, seed=7)
+    problem = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "span")
+    result = solve(problem, time_limit=5)
+    assert result.details["cpsat_status"].startswith("skipped")
+    assert result.objective == pytest.approx(result.heuristic_objective)
+    validate(result.schedule, prof, problem.limit)
