@@ -63,25 +63,29 @@ def earliest_starts(passes: Sequence[Pass]) -> dict[Action, float]:
     return es
 
 
-def hold_times(passes: Sequence[Pass]) -> dict[int, tuple[float, float]]:
+def hold_times(problem: Problem, passes: Sequence[Pass]) -> dict[int, tuple[float, float]]:
     """For each chunk, the shortest time a microbatch's activations stay on it: (start of its F to
     the end of its B, start of its F to the end of its W), each the longest dependency path between
-    the two. Costs do not depend on the microbatch, so the first microbatch through each chunk
-    stands for all of them."""
-    by_mb: dict[int, list[Pass]] = defaultdict(list)
+    the two."""
+    return _hold_times(_forward_paths(problem, passes))
+
+
+def _forward_paths(problem: Problem, passes: Sequence[Pass]) -> dict[int, dict[int, dict[Action, float]]]:
+    """For the first microbatch of each route (costs do not depend on the microbatch, so it stands
+    for its route) and each chunk on that route: the longest path from the start of the chunk's F
+    to the end of every pass that depends on it. Keyed by microbatch, then chunk."""
+    pl, m = problem.placement, problem.num_microbatches
+    leaders: dict[int, list[Pass]] = {i: [] for i in sorted({pl.route_index(i, m): i for i in reversed(range(m))}.values())}
     for ps in passes:
-        by_mb[ps.action.microbatch].append(ps)
-    out: dict[int, tuple[float, float]] = {}
-    for mb_passes in by_mb.values():
-        for ps in mb_passes:
-            if ps.action.kind is not Kind.F or ps.action.chunk in out:
-                continue
-            since = _longest_from(mb_passes, ps.action)
-            chunk, mb = ps.action.chunk, ps.action.microbatch
-            out[chunk] = (since[Action(chunk, Kind.B, mb)], since[Action(chunk, Kind.W, mb)])
-        if len(out) == len({ps.action.chunk for ps in passes}):
-            break
-    return out
+        if ps.action.microbatch in leaders:
+            leaders[ps.action.microbatch].append(ps)
+    return {i: {c: _longest_from(mb_passes, Action(c, Kind.F, i)) for c in pl.route(i, m)}
+            for i, mb_passes in leaders.items()}
+
+
+def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, tuple[float, float]]:
+    return {c: (since[Action(c, Kind.B, i)], since[Action(c, Kind.W, i)])
+            for i, per_chunk in paths.items() for c, since in per_chunk.items()}
 
 
 def _longest_from(mb_passes: Sequence[Pass], origin: Action) -> dict[Action, float]:
@@ -98,20 +102,6 @@ def _longest_from(mb_passes: Sequence[Pass], origin: Action) -> dict[Action, flo
     return reach
 
 
-def memory_time(passes: Sequence[Pass], limits: Sequence[float]) -> list[float]:
-    """Per rank, the shortest window that holds all its activations' memory-time under its limit."""
-    hold = hold_times(passes)
-    keep = {ps.action.chunk: ps.free for ps in passes if ps.action.kind is Kind.W}
-    need = [0.0] * len(limits)
-    for ps in passes:
-        if ps.action.kind is Kind.F:
-            to_b, to_w = hold[ps.action.chunk]
-            w = keep.get(ps.action.chunk, 0.0)
-            need[ps.rank] += (ps.alloc - w) * to_b + w * to_w
-    # The validator lets a peak exceed the limit by its relative tolerance; so does this bound.
-    return [0.0 if math.isinf(cap) or cap <= 0 else n / (cap * (1 + MEMORY_RTOL)) for n, cap in zip(need, limits)]
-
-
 def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
     p = problem.num_ranks
     es = earliest_starts(passes)
@@ -120,15 +110,15 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
     for ps in passes:
         work[ps.rank] += ps.duration
         head[ps.rank] = min(head.get(ps.rank, math.inf), es[ps.action])
-    held = memory_time(passes, problem.limit.per_rank)
     chunks = _chunk_facts(passes)
-    leaders = _route_leaders(problem, passes)
+    paths = _forward_paths(problem, passes)
+    held = _memory_time(chunks, _hold_times(paths), problem.limit.per_rank)
     out = []
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
         mine = {c: f for c, f in chunks.items() if f.rank == r}
         start_idle = end_idle = math.inf
-        for facts in _route_facts(problem, leaders, r):
+        for facts in _route_facts(problem, paths, mine, r):
             start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap))
             end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
         # The windows overlap only if every forward runs before the first backward, so all of
@@ -153,7 +143,7 @@ class _Chunk:
 class _RouteFacts:
     to_first_b: float  # the route's first F on the rank starts -> its first B there can start
     after_last_f: float  # the route's last F on the rank ends -> that microbatch's first B there
-    held: dict[int, int]  # chunks on the rank that one microbatch of this route holds at that moment
+    held: tuple[int, ...]  # chunks on the rank that one microbatch of this route holds at that moment
 
 
 def _chunk_facts(passes: Sequence[Pass]) -> dict[int, _Chunk]:
@@ -170,36 +160,31 @@ def _chunk_facts(passes: Sequence[Pass]) -> dict[int, _Chunk]:
     return {c: _Chunk(f["rank"], f["count"], f["F"], f["B"], f["W"], f["alloc"], f["keep"]) for c, f in found.items()}
 
 
-def _route_leaders(problem: Problem, passes: Sequence[Pass]) -> dict[int, list[Pass]]:
-    """The passes of each route's first microbatch, by microbatch: costs do not depend on the
-    microbatch, so one stands for its route."""
-    pl, m = problem.placement, problem.num_microbatches
-    firsts = {pl.route_index(i, m): i for i in reversed(range(m))}
-    wanted = set(firsts.values())
-    leaders: dict[int, list[Pass]] = {i: [] for i in sorted(wanted)}
-    for ps in passes:
-        if ps.action.microbatch in wanted:
-            leaders[ps.action.microbatch].append(ps)
-    return leaders
+def _memory_time(chunks: dict[int, _Chunk], hold: dict[int, tuple[float, float]], limits: Sequence[float]) -> list[float]:
+    """Per rank, the shortest window that holds all its activations' memory-time under its limit."""
+    need = [0.0] * len(limits)
+    for c, f in chunks.items():
+        to_b, to_w = hold[c]
+        need[f.rank] += f.count * ((f.alloc - f.keep) * to_b + f.keep * to_w)
+    # The validator lets a peak exceed the limit by its relative tolerance; so does this bound.
+    return [0.0 if math.isinf(cap) or cap <= 0 else n / (cap * (1 + MEMORY_RTOL)) for n, cap in zip(need, limits)]
 
 
-def _route_facts(problem: Problem, leaders: dict[int, list[Pass]], rank: int) -> list[_RouteFacts]:
+def _route_facts(problem: Problem, paths: dict[int, dict[int, dict[Action, float]]], mine: dict[int, _Chunk],
+                 rank: int) -> list[_RouteFacts]:
     """For each route through `rank`, on its first microbatch: how long after its first forward on
     the rank a backward can start there, and how long after its last forward there its gradient
     comes back."""
     pl, m = problem.placement, problem.num_microbatches
     out = []
-    for i, mb_passes in leaders.items():
-        here = [c for c in pl.route(i, m) if pl.chunk_to_rank[c] == rank]
+    for i, per_chunk in paths.items():
+        here = tuple(c for c in pl.route(i, m) if pl.chunk_to_rank[c] == rank)
         if not here:
             continue
-        dur = {ps.action: ps.duration for ps in mb_passes}
-        first, last = Action(here[0], Kind.F, i), Action(here[-1], Kind.F, i)
-        from_first = _longest_from(mb_passes, first)
-        from_last = _longest_from(mb_passes, last)
-        b_starts = [from_first[Action(c, Kind.B, i)] - dur[Action(c, Kind.B, i)] for c in here]
-        back = Action(here[-1], Kind.B, i)
-        out.append(_RouteFacts(min(b_starts), from_last[back] - dur[back] - dur[last], {c: 1 for c in here}))
+        from_first, from_last = per_chunk[here[0]], per_chunk[here[-1]]
+        b_starts = [from_first[Action(c, Kind.B, i)] - mine[c].B for c in here]
+        back = here[-1]
+        out.append(_RouteFacts(min(b_starts), from_last[Action(back, Kind.B, i)] - mine[back].B - mine[back].F, here))
     return out
 
 
@@ -227,14 +212,14 @@ def _forwards_that_fit(mine: dict[int, _Chunk], cap: float) -> float:
     return best
 
 
-def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: dict[int, int]) -> float:
+def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ...]) -> float:
     """Most B and W work a rank can run between its last forward and the first backward there of
     that forward's microbatch. Only microbatches whose activations are held at that moment can run
     (every forward on the rank is done): some awaiting B (worth B + W, holding alloc) and some
     awaiting only W (worth W, holding keep); the last microbatch holds its chunks and runs nothing."""
     chunks = list(mine.items())
-    room0 = cap - sum(held.get(c, 0) * f.alloc for c, f in chunks)
-    counts = {c: f.count - held.get(c, 0) for c, f in chunks}
+    room0 = cap - sum(f.alloc for c, f in chunks if c in held)
+    counts = {c: f.count - (c in held) for c, f in chunks}
     if math.isinf(cap):
         return sum(counts[c] * (f.B + f.W) for c, f in chunks)
     ranges = [range(_fits(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]

@@ -137,7 +137,7 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
     scale = memory_scale(grid)
     # A block lasts at least the dependency path from its F to the pass that frees it; saying so
     # lets CP-SAT's energy reasoning on the cumulative see what bounds.py's memory-time bound sees.
-    hold = hold_times(grid.passes)
+    hold = hold_times(grid, grid.passes)
     for r in range(grid.num_ranks):
         cap = grid.limit.per_rank[r]
         if math.isinf(cap):

@@ -285,20 +285,25 @@ def _real_bound(problem: Problem, grid_bound: int, step: float) -> float:
 def exact_step(problem: Problem) -> float | None:
     """The coarsest step on which every pass and hop time is a whole number, with at most
     MAX_RESOLUTION units in the shortest pass; None when there is none."""
-    times = {ps.duration for ps in problem.passes} | {hop for ps in problem.passes for _, hop in ps.inputs}
+    times = _times(problem)
     shortest = min(ps.duration for ps in problem.passes if ps.duration > 0)
     for k in range(1, MAX_RESOLUTION + 1):
-        step = shortest / k
-        if all(abs(t / step - round(t / step)) < 1e-9 for t in times):
-            return step
+        if _whole(times, shortest / k):
+            return shortest / k
     return None
 
 
 def grid_is_exact(problem: Problem, step: float) -> bool:
-    def whole(x: float) -> bool:
-        return abs(x / step - round(x / step)) < 1e-9
+    return _whole(_times(problem), step)
 
-    return all(whole(ps.duration) and all(whole(h) for _, h in ps.inputs) for ps in problem.passes)
+
+def _times(problem: Problem) -> set[float]:
+    """Every distinct pass and hop time of the problem."""
+    return {ps.duration for ps in problem.passes} | {hop for ps in problem.passes for _, hop in ps.inputs}
+
+
+def _whole(times: set[float], step: float) -> bool:
+    return all(abs(t / step - round(t / step)) < 1e-9 for t in times)
 
 
 def _horizon(problem: Problem, real_bounds: list[RankBound], incumbent: Timeline, step: float) -> int:
