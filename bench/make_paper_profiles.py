@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from zbsearch.profile import Profile
+from zbsearch.core.profile import Profile
 
 CITATION = ("Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, arXiv:2401.10241, "
             "appendix profiled times and Table 3")

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from zbsearch import compare as cmp
-from zbsearch.errors import PreconditionError
-from zbsearch.plot import plot_gantt_grid, plot_pareto
-from zbsearch.profile import Profile, load_profile, uniform_profile
-from zbsearch.render import fmt_number
+from zbsearch.plan import compare as cmp
+from zbsearch.core.errors import PreconditionError
+from zbsearch.report.plot import plot_gantt_grid, plot_pareto
+from zbsearch.core.profile import Profile, load_profile, uniform_profile
+from zbsearch.report.render import fmt_number
 from zbsearch.schedules import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def command(section: str, args: argparse.Namespace) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
-    from zbsearch.fileio import write_atomic
+    from zbsearch.core.fileio import write_atomic
 
     write_atomic(path, text)
     log(f"wrote {path.relative_to(ROOT)}")

@@ -23,14 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from zbsearch.errors import PreconditionError
-from zbsearch.fileio import write_atomic
-from zbsearch.memory import parse_mem_limit
-from zbsearch.problem import make_problems
-from zbsearch.profile import Profile, load_profile
+from zbsearch.core.errors import PreconditionError
+from zbsearch.core.fileio import write_atomic
+from zbsearch.core.memory import parse_mem_limit
+from zbsearch.core.problem import make_problems
+from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.solve import solve_placements
-from zbsearch.validate import check
+from zbsearch.search.solve import solve_placements
+from zbsearch.sim.validate import check
 
 from make_results import hetero_profile  # the same synthetic profile as results/hetero_study.md
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.analytic import (
+from zbsearch.plan.analytic import (
     CLOSED_FORM, SIMULATOR, Estimate, PassTimes, PlanError, PlanRow, TargetM, below, bubble_fraction,
     bubble_ratio, bubble_time, closed_form, estimate, m_problem, microbatches_for_target,
     microbatches_from_batch, min_microbatches, next_valid_m, p2p_relative, parameter_copies,
     peak_activation_memory, plan, previous_valid_m, profile_for, recommend, simulated,
 )
-from zbsearch.cli import app
-from zbsearch.memory import parse_mem_limit
-from zbsearch.profile import load_profile
+from zbsearch.cli.app import app
+from zbsearch.core.memory import parse_mem_limit
+from zbsearch.core.profile import load_profile
 from zbsearch.schedules import generate
-from zbsearch.simulate import simulate
+from zbsearch.sim.simulate import simulate
 
 runner = CliRunner()
 

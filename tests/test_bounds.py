@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.bounds import lower_bound, rank_bounds
-from zbsearch.problem import make_problem
-from zbsearch.profile import Profile, uniform_profile
+from zbsearch.search.bounds import lower_bound, rank_bounds
+from zbsearch.core.problem import make_problem
+from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
-from zbsearch.simulate import simulate
+from zbsearch.sim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -76,7 +76,7 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
     rb = rank_bounds(problem, problem.passes)
     assert rb[0].memory_time == pytest.approx(18.0, rel=1e-6)
     assert rb[0].span == pytest.approx(18.0, rel=1e-6)  # above work + idle (12 + 2)
-    from zbsearch.solve import one_at_a_time
+    from zbsearch.search.solve import one_at_a_time
 
     assert simulate(one_at_a_time(problem), prof).span == pytest.approx(20.0)
 
@@ -87,7 +87,7 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
 def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement):
     """The bound against every valid heuristic on the placement (handcrafted and greedy), with the
     tight limits where the memory-time bound binds."""
-    from zbsearch.heuristics import candidates
+    from zbsearch.search.heuristics import candidates
 
     rng = random.Random(100 + seed)
     p, m = rng.randint(2, 4), rng.randint(2, 8)

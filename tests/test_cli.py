@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.cli import app
-from zbsearch.errors import ProfileError
-from zbsearch.inputs import load_problem
+from zbsearch.cli.app import app
+from zbsearch.core.errors import ProfileError
+from zbsearch.cli.options import load_problem
 from zbsearch.schedules import REGISTRY
 
 runner = CliRunner()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch import compare as cmp
-from zbsearch.cli import app
-from zbsearch.profile import uniform_profile
+from zbsearch.plan import compare as cmp
+from zbsearch.cli.app import app
+from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY
 
 runner = CliRunner()
@@ -173,9 +173,9 @@ def test_plot_command_draws_any_schedule(tmp_path: Path) -> None:
 
 def test_gantt_scales_to_16_ranks(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from zbsearch.plot import gantt_figure
+    from zbsearch.report.plot import gantt_figure
     from zbsearch.schedules import generate
-    from zbsearch.simulate import simulate
+    from zbsearch.sim.simulate import simulate
 
     tl = simulate(generate("zb-h1", 16, 24), uniform_profile(1, 1, 1, p=16, m=24))
     fig = gantt_figure(tl)
@@ -205,7 +205,7 @@ def test_missing_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_pareto_points_share_markers_when_they_coincide() -> None:
-    from zbsearch.plot import ParetoPoint, group_points
+    from zbsearch.report.plot import ParetoPoint, group_points
 
     pts = [ParetoPoint("zb-v", 4.0, 0.05), ParetoPoint("torch:ZBVZeroBubble", 4.0, 0.05), ParetoPoint("zb-h1", 4.0, 0.1)]
     assert [[q.label for q in g] for g in group_points(pts)] == [["zb-v", "torch:ZBVZeroBubble"], ["zb-h1"]]
@@ -215,7 +215,7 @@ def test_pareto_points_share_markers_when_they_coincide() -> None:
 def test_torch_builtins_are_rows_when_torch_is_installed() -> None:
     pytest.importorskip("torch")
     if not cmp.torch_available():
-        pytest.skip("zbsearch.torch_import is not there")
+        pytest.skip("zbsearch.interop.torch_import is not there")
     comp = cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), limits=["1p"], schedules="torch", solve=False)
     names = {r.schedule for r in comp.rows}
     assert names == {f"torch:{n}" for n in cmp.TORCH_BUILTINS}

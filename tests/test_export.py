@@ -15,17 +15,17 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.cli import app
-from zbsearch.errors import ScheduleError, ZbsearchError
-from zbsearch.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
-from zbsearch.ir import Action, Schedule, build, interleaved, linear, vshape
-from zbsearch.problem import make_problem
-from zbsearch.profile import uniform_profile
+from zbsearch.cli.app import app
+from zbsearch.core.errors import ScheduleError, ZbsearchError
+from zbsearch.interop.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
+from zbsearch.core.ir import Action, Schedule, build, interleaved, linear, vshape
+from zbsearch.core.problem import make_problem
+from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.simulate import simulate
-from zbsearch.solve import solve
-from zbsearch.torch_import import from_rows, import_torch_csv, infer_placement, parse_torch_csv
-from zbsearch.validate import validate
+from zbsearch.sim.simulate import simulate
+from zbsearch.search.solve import solve
+from zbsearch.interop.torch_import import from_rows, import_torch_csv, infer_placement, parse_torch_csv
+from zbsearch.sim.validate import validate
 
 runner = CliRunner()
 
@@ -358,7 +358,7 @@ def test_torch_lowering_rejects_the_deadlock_we_refuse(tmp_path: Path) -> None:
 ])
 @pytest.mark.parametrize("p, m", [(2, 4), (4, 8)])
 def test_torch_builtin_orders_import_validate_and_simulate(name: str, placement: str, p: int, m: int, tmp_path: Path) -> None:
-    from zbsearch.torch_import import torch_builtin
+    from zbsearch.interop.torch_import import torch_builtin
 
     schedule = torch_builtin(name, p, m)
     assert schedule.placement.name == placement
@@ -370,7 +370,7 @@ def test_torch_builtin_orders_import_validate_and_simulate(name: str, placement:
 
 @pytest.mark.torch
 def test_torch_1f1b_dump_bug_is_reported() -> None:
-    from zbsearch.torch_import import torch_builtin
+    from zbsearch.interop.torch_import import torch_builtin
 
     with pytest.raises(ScheduleError, match="microbatch 8"):
         torch_builtin("1F1B", 4, 8)

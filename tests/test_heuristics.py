@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch import heuristics as H
-from zbsearch.errors import InfeasibleError, PreconditionError
-from zbsearch.ir import interleaved, linear, vshape
-from zbsearch.memory import MemoryLimit, parse_mem_limit
-from zbsearch.profile import Profile, load_profile, uniform_profile
+from zbsearch.search import heuristics as H
+from zbsearch.core.errors import InfeasibleError, PreconditionError
+from zbsearch.core.ir import interleaved, linear, vshape
+from zbsearch.core.memory import MemoryLimit, parse_mem_limit
+from zbsearch.core.profile import Profile, load_profile, uniform_profile
 from zbsearch.schedules import REGISTRY, Generator
-from zbsearch.simulate import simulate
-from zbsearch.validate import validate
+from zbsearch.sim.simulate import simulate
+from zbsearch.sim.validate import validate
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -104,7 +104,7 @@ def test_quick_ranking_is_the_simulators(name: str, profile: Profile, m: int, fa
     limit = _limit(profile, factor)
     for hname, sched in H._handcrafted(profile.num_stages, m):
         quick = H._quick(sched, profile, limit)
-        report = __import__("zbsearch.validate", fromlist=["check"]).check(sched, profile, limit)
+        report = __import__("zbsearch.sim.validate", fromlist=["check"]).check(sched, profile, limit)
         assert (quick is not None) == report.ok, (hname, report.problems)
         if quick is not None:
             tl = report.timeline

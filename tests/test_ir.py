@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zbsearch.errors import ScheduleError, ZbsearchError
-from zbsearch.ir import (
+from zbsearch.core.errors import ScheduleError, ZbsearchError
+from zbsearch.core.ir import (
     BW, Action, B, F, Kind, Placement, Schedule, W, build, dualpipe, interleaved, linear, overlap, vshape,
 )
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from zbsearch.errors import MemoryLimitError
-from zbsearch.memory import parse_mem_limit
-from zbsearch.profile import Profile, uniform_profile
+from zbsearch.core.errors import MemoryLimitError
+from zbsearch.core.memory import parse_mem_limit
+from zbsearch.core.profile import Profile, uniform_profile
 
 GiB = 2**30
 

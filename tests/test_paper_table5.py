@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from zbsearch.ir import Action, Kind, Schedule
-from zbsearch.profile import Profile, load_profile
+from zbsearch.core.ir import Action, Kind, Schedule
+from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import generate
-from zbsearch.simulate import Timeline, simulate
+from zbsearch.sim.simulate import Timeline, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "profiles"
-SIMULATE = importlib.import_module("zbsearch.simulate")  # the module; the package exports the function
+SIMULATE = importlib.import_module("zbsearch.sim.simulate")  # the module; the package exports the function
 
 # model, m, then the published 1F1B, 1F1B-I, ZB-H1, ZB-H2 bubble rates (Table 5).
 TABLE5 = [

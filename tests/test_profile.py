@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import pytest
 
-from zbsearch.errors import ProfileError, ZbsearchError
-from zbsearch.profile import Profile, load_profile, parse_uniform, profile_schema, uniform_profile
+from zbsearch.core.errors import ProfileError, ZbsearchError
+from zbsearch.core.profile import Profile, load_profile, parse_uniform, profile_schema, uniform_profile
 
 PROFILES = sorted((Path(__file__).resolve().parent.parent / "profiles").glob("*.json"))
 

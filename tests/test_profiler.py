@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch import profiler as prof
-from zbsearch.cli import app
-from zbsearch.errors import ZbsearchError
-from zbsearch.partition import check_counts, linear_partition, max_stage_cost
-from zbsearch.profile import Profile, load_profile
+from zbsearch.profiling import profiler as prof
+from zbsearch.cli.app import app
+from zbsearch.core.errors import ZbsearchError
+from zbsearch.profiling.partition import check_counts, linear_partition, max_stage_cost
+from zbsearch.core.profile import Profile, load_profile
 
 runner = CliRunner()
 
@@ -106,7 +106,7 @@ def test_estimate_needs_no_torch() -> None:
     code = textwrap.dedent("""
         import sys
         sys.modules["torch"] = None  # any `import torch` now fails
-        from zbsearch import profiler as prof
+        from zbsearch.profiling import profiler as prof
         shape = prof.GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
         p = prof.profile_gpt_estimate(shape, gpu="h100", mfu=0.4, p=8, attention="sdpa")
         print(p.source["kind"], p.num_stages, p.memory_unit, p.details["partition"]["layers_per_stage"][0][0])

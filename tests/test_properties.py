@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zbsearch.errors import PreconditionError
-from zbsearch.ir import Kind
-from zbsearch.profile import Profile
+from zbsearch.core.errors import PreconditionError
+from zbsearch.core.ir import Kind
+from zbsearch.core.profile import Profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.validate import dependency_graph, validate
+from zbsearch.sim.validate import dependency_graph, validate
 
 EPS = 1e-7
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from zbsearch.profile import Profile
-from zbsearch.report import summarize
+from zbsearch.core.profile import Profile
+from zbsearch.sim.summary import summarize
 from zbsearch.schedules import generate
-from zbsearch.simulate import simulate
+from zbsearch.sim.simulate import simulate
 
 
 def test_memory_curve_in_stage_units_ends_at_zero_and_peaks_at_the_reported_peak():

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.cli import app
-from zbsearch.problem import make_problem
-from zbsearch.profile import uniform_profile
+from zbsearch.cli.app import app
+from zbsearch.core.problem import make_problem
+from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
-from zbsearch.solve import solve
+from zbsearch.search.solve import solve
 
 pytest.importorskip("torch")
 
-from zbsearch.runtime import run  # noqa: E402
+from zbsearch.interop.runtime import run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.multiprocess]
 
@@ -75,7 +75,7 @@ def test_the_gradient_check_catches_a_wrong_gradient() -> None:
     """The comparison itself: an m-times-too-large gradient (a lost REDUCE_GRAD) and a missing one."""
     import torch
 
-    from zbsearch.runtime import _compare_grads, _reference, build_chunks, loss_function, make_batch
+    from zbsearch.interop.runtime import _compare_grads, _reference, build_chunks, loss_function, make_batch
 
     chunks = build_chunks("mlp", 2, seed=0)
     x, y = make_batch("mlp", 4, 2, seed=0)

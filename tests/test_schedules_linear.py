@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from zbsearch.errors import PreconditionError
-from zbsearch.ir import Kind
-from zbsearch.profile import uniform_profile
+from zbsearch.core.errors import PreconditionError
+from zbsearch.core.ir import Kind
+from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY, generate
 from zbsearch.schedules.interleaved import interleaved_1f1b
 from zbsearch.schedules.zero_bubble import zb_h1, zb_h2
-from zbsearch.simulate import Timeline, simulate
-from zbsearch.validate import validate
+from zbsearch.sim.simulate import Timeline, simulate
+from zbsearch.sim.validate import validate
 
 LINEAR = ["gpipe", "1f1b", "zb-h1", "zb-h2"]
 CHUNKS = [2, 3, 4]

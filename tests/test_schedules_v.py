@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from zbsearch.errors import PreconditionError
-from zbsearch.ir import Kind, Schedule
-from zbsearch.profile import uniform_profile
-from zbsearch.report import summarize
+from zbsearch.core.errors import PreconditionError
+from zbsearch.core.ir import Kind, Schedule
+from zbsearch.core.profile import uniform_profile
+from zbsearch.sim.summary import summarize
 from zbsearch.schedules import generate
 from zbsearch.schedules.dualpipe import dualpipe, dualpipev
 from zbsearch.schedules.vshape import v_half, v_min
 from zbsearch.schedules.zbv import zb_v
-from zbsearch.simulate import Timeline, simulate
-from zbsearch.validate import validate
+from zbsearch.sim.simulate import Timeline, simulate
+from zbsearch.sim.validate import validate
 
 # Edge cases first: one rank, one microbatch, fewer microbatches than the pipeline holds.
 ZBV_PM = [(1, 1), (1, 3), (2, 1), (2, 3), (2, 4), (3, 2), (3, 5), (3, 7), (4, 3), (4, 7), (4, 8), (4, 11),

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from zbsearch.errors import ScheduleError
-from zbsearch.ir import BW, B, F, W, build, dualpipe, interleaved, linear, overlap, vshape
-from zbsearch.profile import Profile
-from zbsearch.report import summarize
+from zbsearch.core.errors import ScheduleError
+from zbsearch.core.ir import BW, B, F, W, build, dualpipe, interleaved, linear, overlap, vshape
+from zbsearch.core.profile import Profile
+from zbsearch.sim.summary import summarize
 from zbsearch.schedules import generate
-from zbsearch.simulate import chunk_costs, pass_cost, simulate
+from zbsearch.sim.simulate import chunk_costs, pass_cost, simulate
 
 
 def profile(stages, comm, **extra) -> Profile:

@@ -10,15 +10,15 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.bounds import lower_bound
-from zbsearch.cli import app
-from zbsearch.errors import InfeasibleError, ScheduleError
-from zbsearch.ir import Action, Kind, build, linear
-from zbsearch.memory import parse_mem_limit
-from zbsearch.problem import Problem, make_problem
-from zbsearch.profile import Profile, uniform_profile
-from zbsearch.solve import solve
-from zbsearch.validate import validate
+from zbsearch.search.bounds import lower_bound
+from zbsearch.cli.app import app
+from zbsearch.core.errors import InfeasibleError, ScheduleError
+from zbsearch.core.ir import Action, Kind, build, linear
+from zbsearch.core.memory import parse_mem_limit
+from zbsearch.core.problem import Problem, make_problem
+from zbsearch.core.profile import Profile, uniform_profile
+from zbsearch.search.solve import solve
+from zbsearch.sim.validate import validate
 
 
 def hetero(p: int, m: int, seed: int, comm: float = 1.0) -> Profile:
@@ -142,8 +142,8 @@ def test_cli_solve_infeasible_is_one_line():
 
 
 def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
-    from zbsearch.problem import make_problems
-    from zbsearch.solve import solve_placements
+    from zbsearch.core.problem import make_problems
+    from zbsearch.search.solve import solve_placements
 
     prof = uniform_profile(1, 1, 1, p=4, m=8)
     problems = make_problems(prof, "1p", "makespan", "auto")
@@ -167,7 +167,7 @@ def test_start_is_a_real_heuristic_when_other_placements_rank_first():
 
 
 def test_exact_step_is_the_coarsest_grid_that_holds_every_time():
-    from zbsearch.solve import exact_step
+    from zbsearch.search.solve import exact_step
 
     assert exact_step(make_problem(uniform_profile(3, 2, 1, 0.5, p=2, m=2), "2p")) == pytest.approx(0.5)
     assert exact_step(make_problem(uniform_profile(3, 2, 1, p=2, m=2), "2p")) == pytest.approx(1.0)
@@ -177,7 +177,7 @@ def test_exact_step_is_the_coarsest_grid_that_holds_every_time():
 def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model(monkeypatch):
     # CP-SAT cannot stop before its presolve and first search task end; with less time than those
     # take the solver keeps its validated start instead of overrunning the limit.
-    import zbsearch.solve as solve_module
+    import zbsearch.search.solve as solve_module
 
     monkeypatch.setattr(solve_module, "CPSAT_SECONDS_PER_PASS", 1e6)
     prof = hetero(4, 8, seed=7)

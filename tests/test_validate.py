@@ -7,13 +7,13 @@ import importlib.util
 
 import pytest
 
-from zbsearch.errors import PreconditionError, ScheduleError
-from zbsearch.ir import BW, Action, B, F, Kind, W, build, dualpipe, linear, overlap, vshape
-from zbsearch.memory import MemoryLimit, parse_mem_limit
-from zbsearch.profile import Profile, uniform_profile
+from zbsearch.core.errors import PreconditionError, ScheduleError
+from zbsearch.core.ir import BW, Action, B, F, Kind, W, build, dualpipe, linear, overlap, vshape
+from zbsearch.core.memory import MemoryLimit, parse_mem_limit
+from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.simulate import simulate
-from zbsearch.validate import check, check_structure, dependency_graph, validate
+from zbsearch.sim.simulate import simulate
+from zbsearch.sim.validate import check, check_structure, dependency_graph, validate
 
 # (p, m) pairs tried in order until the generator accepts one.
 CANDIDATES = [(4, 8), (4, 16), (2, 8), (4, 12), (6, 12), (8, 16), (3, 9), (2, 4)]

@@ -4,16 +4,16 @@ The flow is profile -> problem -> (heuristics | CP-SAT) -> schedule -> validate 
 export/run; each step is a module, and a `Schedule` (ir.py) is the plain data they all read.
 """
 
-from .errors import (
+from .core.errors import (
     InfeasibleError, MemoryLimitError, PlanError, PreconditionError, ProfileError, ScheduleError, ZbsearchError,
 )
-from .ir import Action, Kind, Placement, Schedule
-from .memory import MemoryLimit, parse_mem_limit
-from .profile import Profile, StageCost, load_profile, parse_uniform, uniform_profile
-from .report import summarize
+from .core.ir import Action, Kind, Placement, Schedule
+from .core.memory import MemoryLimit, parse_mem_limit
+from .core.profile import Profile, StageCost, load_profile, parse_uniform, uniform_profile
+from .sim.summary import summarize
 from .schedules import generate
-from .simulate import Timeline, simulate
-from .validate import check, validate
+from .sim.simulate import Timeline, simulate
+from .sim.validate import check, validate
 
 __version__ = "0.1.0"
 

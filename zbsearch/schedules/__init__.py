@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from ..errors import PreconditionError
-from ..ir import Schedule
+from ..core.errors import PreconditionError
+from ..core.ir import Schedule
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import PreconditionError
+from ..core.errors import PreconditionError
 
 
 def require(condition: bool, schedule: str, need: str, p: int, m: int) -> None:

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..ir import BW, Action, B, F, Schedule, W, build, overlap, vshape
-from ..ir import dualpipe as dualpipe_placement
+from ..core.ir import BW, Action, B, F, Schedule, W, build, overlap, vshape
+from ..core.ir import dualpipe as dualpipe_placement
 from ._common import require
 
 

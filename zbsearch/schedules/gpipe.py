@@ -5,7 +5,7 @@ Peak activation memory is m microbatches on every rank; the bubble is (p-1)(F + 
 
 from __future__ import annotations
 
-from ..ir import BW, F, Schedule, build, linear
+from ..core.ir import BW, F, Schedule, build, linear
 
 
 def gpipe(p: int, m: int) -> Schedule:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ir import BW, Action, F, Schedule, build, interleaved
+from ..core.ir import BW, Action, F, Schedule, build, interleaved
 from ._common import require
 
 

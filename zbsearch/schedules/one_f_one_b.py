@@ -7,7 +7,7 @@ memory is p (on rank 0); the bubble is (p-1)(F + B + W) under uniform stages.
 
 from __future__ import annotations
 
-from ..ir import BW, F, Schedule, build, linear
+from ..core.ir import BW, F, Schedule, build, linear
 
 
 def one_f_one_b(p: int, m: int) -> Schedule:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
-from ..ir import Action, B, F, Kind, Schedule, W, build, vshape
+from ..core.ir import Action, B, F, Kind, Schedule, W, build, vshape
 
 PERIOD = 6  # slots per microbatch on a rank: F0, F1, B1, B0 and two W
 F0, F1, B1, B0 = range(4)  # the four block passes, in the order a microbatch meets them on the V

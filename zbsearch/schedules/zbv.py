@@ -21,7 +21,7 @@ does: the order stays valid and simply has idle time.
 
 from __future__ import annotations
 
-from ..ir import Action, B, F, Schedule, W, build, vshape
+from ..core.ir import Action, B, F, Schedule, W, build, vshape
 
 
 def zb_v(p: int, m: int) -> Schedule:

@@ -23,7 +23,7 @@ closed forms no longer hold.
 
 from __future__ import annotations
 
-from ..ir import Action, B, F, Schedule, W, build, linear
+from ..core.ir import Action, B, F, Schedule, W, build, linear
 from ._common import require
 
 

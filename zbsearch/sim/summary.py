@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .memory import MemoryLimit
+from ..core.memory import MemoryLimit
 from .simulate import Timeline
 
 

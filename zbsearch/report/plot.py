@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import ZbsearchError
-from .fileio import write_atomic
-from .ir import Action, Kind
+from ..core.errors import ZbsearchError
+from ..core.fileio import write_atomic
+from ..core.ir import Action, Kind
 from .render import fmt_number
-from .simulate import Timeline
+from ..sim.simulate import Timeline
 
 INSTALL_HINT = "pip install 'zbsearch[plot]' (matplotlib>=3.7)"
 FORMATS = ("png", "svg")

@@ -16,7 +16,7 @@ from .errors import ZbsearchError
 from .ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
 from .memory import MemoryLimit, check_feasible
 from .profile import Profile
-from .simulate import dependencies, memory_delta
+from ..sim.simulate import dependencies, memory_delta
 
 OBJECTIVES = ("makespan", "span")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-from .errors import ScheduleError, ZbsearchError
-from .fileio import read_text
-from .ir import Action, Placement, Schedule, interleaved, linear, vshape
+from ..core.errors import ScheduleError, ZbsearchError
+from ..core.fileio import read_text
+from ..core.ir import Action, Placement, Schedule, interleaved, linear, vshape
 
 INSTALL_HINT = "pip install 'zbsearch[torch]' (torch==2.13.0; the CPU wheel is enough)"
 # Cells the lowering adds; they carry no compute and are dropped on import.
@@ -128,7 +128,7 @@ def parse_torch_csv(text: str, num_microbatches: int | None = None, name: str = 
 def import_torch_csv(path: str | Path, num_microbatches: int | None = None, name: str | None = None) -> Schedule:
     """Read a torch schedule CSV file (ours, torchtitan's, or a dump of torch's built-in schedules).
 
-    The result is not validated: pass it to zbsearch.validate to check it.
+    The result is not validated: pass it to zbsearch.sim.validate to check it.
     """
     path = Path(path)
     text = read_text(path, "CSV")

@@ -18,16 +18,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .analytic import (
+from ..plan.analytic import (
     CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, Plan, PlanError, PlanRow,
     check_objective, check_target, microbatches_from_batch, plan,
 )
-from .inputs import (
+from .options import (
     PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
     UniformMemoryOpt, UniformOpt, check_chunks, load_problem,
 )
-from .memory import parse_mem_limit
-from .schedules import REGISTRY
+from ..core.memory import parse_mem_limit
+from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
 

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import ProfileError, ZbsearchError
-from .inputs import (
+from ..core.errors import ProfileError, ZbsearchError
+from .options import (
     OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
     StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, check_chunks, load_problem,
 )
@@ -119,14 +119,14 @@ def compare_command(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import compare as cmp
+    from ..plan import compare as cmp
 
     ms = parse_counts(m) if m is not None else None
     prof = load_problem(profile, uniform, p, ms[0] if ms else None, uniform_memory)
     limits = parse_list(mem_limits, "--mem-limits")
     formats = parse_figures(figures)
     if formats:
-        from .plot import _matplotlib
+        from ..report.plot import _matplotlib
 
         _matplotlib()  # say it is missing before the long part
     err = Console(stderr=True)
@@ -180,9 +180,9 @@ def plot_command(
     The schedule is validated (structure, completeness, deadlock) and simulated on the profile first.
     With --uniform, -p defaults to the schedule's rank count.
     """
-    from .ir import Schedule
-    from .plot import figure_format, plot_gantt
-    from .validate import check
+    from ..core.ir import Schedule
+    from ..report.plot import figure_format, plot_gantt
+    from ..sim.validate import check
 
     figure_format(output)
     schedule = Schedule.load(schedule_file)

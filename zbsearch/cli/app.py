@@ -19,22 +19,22 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from . import __version__
-from .errors import ScheduleError, ZbsearchError
-from .inputs import (
+from .. import __version__
+from ..core.errors import ScheduleError, ZbsearchError
+from .options import (
     ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
     SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, check_chunks,
     load_problem,
 )
-from .ir import Schedule
-from .memory import MemoryLimit, parse_mem_limit
-from .problem import make_problems
-from .profile import Profile, profile_schema
-from . import render
-from .render import fmt_number, gantt, headline, summary_table
-from .report import summarize
-from .schedules import REGISTRY, generate
-from .validate import ValidationReport, check
+from ..core.ir import Schedule
+from ..core.memory import MemoryLimit, parse_mem_limit
+from ..core.problem import make_problems
+from ..core.profile import Profile, profile_schema
+from ..report import render
+from ..report.render import fmt_number, gantt, headline, summary_table
+from ..sim.summary import summarize
+from ..schedules import REGISTRY, generate
+from ..sim.validate import ValidationReport, check
 
 
 def _stdout() -> Console:
@@ -249,7 +249,7 @@ def solve(
     times and limit before anything is written, and reports lower_bound, gap, status (optimal when the
     bound is met) and the heuristic it started from.
     """
-    from . import solve as search
+    from ..search import solve as search
 
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
@@ -264,7 +264,7 @@ def solve(
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
-        from .export import export
+        from ..interop.export import export
 
         export(result.schedule, "torch-csv", export_torch)
     if json_out:
@@ -298,11 +298,11 @@ def schema() -> None:
     _print_json(profile_schema())
 
 
-# -- more commands register here: one line per module, `from .cli_x import register; register(app)` --
-from .cli_profile import register; register(app)  # noqa: E402,E702
-from .cli_compare import register; register(app)  # noqa: E402,E702
-from .cli_plan import register; register(app)  # noqa: E402,E702
-from .cli_torch import register; register(app)  # noqa: E402,E702
+# -- more commands register here: one line per module, `from .x import register; register(app)` --
+from .profiling import register; register(app)  # noqa: E402,E702
+from .compare import register; register(app)  # noqa: E402,E702
+from .plan import register; register(app)  # noqa: E402,E702
+from .interop import register; register(app)  # noqa: E402,E702
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .ir import Action, Kind
-from .simulate import Timeline
+from ..core.ir import Action, Kind
+from ..sim.simulate import Timeline
 
 IDLE = "."
 LABEL_WIDTH = 4  # "r12 "

@@ -29,9 +29,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from .ir import Action, Kind
-from .problem import Pass, Problem
-from .validate import MEMORY_RTOL
+from ..core.ir import Action, Kind
+from ..core.problem import Pass, Problem
+from ..sim.validate import MEMORY_RTOL
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import PreconditionError, ProfileError
-from .profile import Profile, check_microbatches, check_stages, load_profile, parse_uniform
+from ..core.errors import PreconditionError, ProfileError
+from ..core.profile import Profile, check_microbatches, check_stages, load_profile, parse_uniform
 
 PROBLEM_PANEL = "Problem"
 OUTPUT_PANEL = "Output"

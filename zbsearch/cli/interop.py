@@ -15,15 +15,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ZbsearchError
-from .export import FORMATS, export
-from .inputs import OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_problem
-from .ir import Kind, Schedule
-from .profile import Profile
-from .validate import validate
+from ..core.errors import ZbsearchError
+from ..interop.export import FORMATS, export
+from .options import OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_problem
+from ..core.ir import Kind, Schedule
+from ..core.profile import Profile
+from ..sim.validate import validate
 
 if TYPE_CHECKING:
-    from .runtime import RunResult
+    from ..interop.runtime import RunResult
 
 TORCH_PANEL = "torch"
 
@@ -129,7 +129,7 @@ def import_command(
     actions are dropped); the placement is inferred from which row mentions each stage. The schedule is
     validated (structure, completeness, deadlock) before it is written.
     """
-    from .torch_import import import_torch_csv, torch_builtin
+    from ..interop.torch_import import import_torch_csv, torch_builtin
 
     if (csv_file is None) == (torch_schedule is None):
         raise ZbsearchError("give either a CSV file or --torch-schedule NAME (with -p and -m), not both or neither")
@@ -169,7 +169,7 @@ def run_command(
     Prints the measured time of each pass kind per rank (next to the plan with --profile/--uniform) and
     exits 1 when anything differs. Needs torch: pip install 'zbsearch[torch]'.
     """
-    from .runtime import run
+    from ..interop.runtime import run
 
     schedule = Schedule.load(schedule_file)
     problem = _optional_problem(schedule, profile, uniform, p, uniform_memory)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .errors import ZbsearchError
+from ..core.errors import ZbsearchError
 
 
 def stage_costs(costs: Sequence[float], counts: Sequence[int], first_extra: float = 0.0,

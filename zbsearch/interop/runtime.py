@@ -31,13 +31,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import ZbsearchError
+from ..core.errors import ZbsearchError
 from .export import export, torch_compatible
-from .ir import Kind, Schedule
-from .profile import Profile, StageCost
-from .simulate import chunk_costs, pass_cost, simulate
+from ..core.ir import Kind, Schedule
+from ..core.profile import Profile, StageCost
+from ..sim.simulate import chunk_costs, pass_cost, simulate
 from .torch_import import INSTALL_HINT
-from .validate import validate
+from ..sim.validate import validate
 
 MODELS = ("mlp", "gpt-tiny")
 BACKENDS = ("gloo", "nccl")

@@ -27,12 +27,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import ScheduleError, ZbsearchError
-from .fileio import write_atomic
-from .ir import Action, Kind, Schedule
-from .profile import Profile
-from .simulate import Timeline
-from .validate import validate
+from ..core.errors import ScheduleError, ZbsearchError
+from ..core.fileio import write_atomic
+from ..core.ir import Action, Kind, Schedule
+from ..core.profile import Profile
+from ..sim.simulate import Timeline
+from ..sim.validate import validate
 
 FORMATS: dict[str, str] = {
     "torch-csv": "compute-only CSV for torch's _PipelineScheduleRuntime / torchtitan (no torch needed)",

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from .errors import ScheduleError
-from .ir import Action, Kind, Schedule
-from .profile import Profile, StageCost
+from ..core.errors import ScheduleError
+from ..core.ir import Action, Kind, Schedule
+from ..core.profile import Profile, StageCost
 
 
 @dataclass(frozen=True)

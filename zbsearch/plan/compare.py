@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import InfeasibleError, PreconditionError, ScheduleError, ZbsearchError
-from .fileio import write_atomic
-from .ir import Schedule
-from .memory import parse_mem_limit
-from .problem import OBJECTIVES, make_problems
-from .profile import Profile
-from .render import fmt_number
-from .report import summarize
-from .schedules import REGISTRY, generate
-from .simulate import Timeline
-from .validate import check, memory_problems
+from ..core.errors import InfeasibleError, PreconditionError, ScheduleError, ZbsearchError
+from ..core.fileio import write_atomic
+from ..core.ir import Schedule
+from ..core.memory import parse_mem_limit
+from ..core.problem import OBJECTIVES, make_problems
+from ..core.profile import Profile
+from ..report.render import fmt_number
+from ..sim.summary import summarize
+from ..schedules import REGISTRY, generate
+from ..sim.simulate import Timeline
+from ..sim.validate import check, memory_problems
 
 TORCH_BUILTINS = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 SOURCES = ("handcrafted", "torch", "zbsearch")
@@ -158,12 +158,12 @@ def display_name(name: str, chunks: int | None = None) -> str:
 def torch_available() -> bool:
     """True when torch and zbsearch's torch importer are both there (nothing is imported)."""
     return (importlib.util.find_spec("torch") is not None
-            and importlib.util.find_spec(f"{__package__}.torch_import") is not None)
+            and importlib.util.find_spec(f"zbsearch.interop.torch_import") is not None)
 
 
 def torch_schedule(name: str, profile: Profile) -> Schedule:
     """torch's built-in order `name` for the profile's p and m, as a zbsearch Schedule."""
-    from .torch_import import torch_builtin
+    from ..interop.torch_import import torch_builtin
 
     return torch_builtin(name, profile.num_stages, profile.microbatches)
 
@@ -172,7 +172,7 @@ def solved_row(profile: Profile, limit: str, objective: str, *, placement: str =
                time_limit: float = 30.0, workers: int = 2, seed: int = 0) -> Row:
     """zbsearch's best schedule at `limit`: exactly what `zbsearch solve --json` reports for the same
     inputs. Raises InfeasibleError when no schedule fits the limit."""
-    from . import solve as search
+    from ..search import solve as search
 
     problems = make_problems(profile, limit, objective, placement, search.AUTO_PLACEMENTS)
     result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed)
@@ -482,7 +482,7 @@ def _best_limit_row(comp: Comparison, m: int, name: str) -> Row:
 def pareto_points(rows: Sequence[Row], series: str = "zbsearch") -> list[Any]:
     """Points for plot.pareto_figure: each fixed schedule once, each solved row with its limit, in
     the frontier `series`."""
-    from .plot import ParetoPoint
+    from ..report.plot import ParetoPoint
 
     points, seen = [], set()
     for r in rows:
@@ -512,7 +512,7 @@ def figure_paths(prefix: str | Path, comp: Comparison, fmt: str) -> dict[tuple[s
 
 def write_figures(comp: Comparison, prefix: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
     """The Gantt grid and the Pareto plot of each microbatch count, in each format."""
-    from . import plot
+    from ..report import plot
 
     written: list[Path] = []
     prof = comp.profile
@@ -542,7 +542,7 @@ def write(comp: Comparison, prefix: str | Path, figures: Sequence[str] = ("png",
         if fmt not in ("png", "svg"):
             raise ZbsearchError(f"figure format {fmt!r}: use png, svg, or none")
     if figures:
-        from .plot import _matplotlib
+        from ..report.plot import _matplotlib
 
         _matplotlib()  # fail before writing anything when matplotlib is missing
     prefix.parent.mkdir(parents=True, exist_ok=True)

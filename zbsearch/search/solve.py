@@ -13,12 +13,12 @@ from typing import Any, Callable
 
 from .bounds import RankBound, objective_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
-from .errors import InfeasibleError, ZbsearchError
-from .ir import Action, Kind, Schedule, build
-from .problem import Problem, on_grid
-from .report import summarize
-from .simulate import Timeline, simulate
-from .validate import check
+from ..core.errors import InfeasibleError, ZbsearchError
+from ..core.ir import Action, Kind, Schedule, build
+from ..core.problem import Problem, on_grid
+from ..sim.summary import summarize
+from ..sim.simulate import Timeline, simulate
+from ..sim.validate import check
 
 # Share of the time limit kept back for re-timing and validating CP-SAT's answer at the end.
 RESERVE = 0.10

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .errors import ScheduleError
-from .ir import Action, Kind, Schedule
-from .memory import MemoryLimit
-from .profile import Profile
+from ..core.errors import ScheduleError
+from ..core.ir import Action, Kind, Schedule
+from ..core.memory import MemoryLimit
+from ..core.profile import Profile
 from .simulate import Timeline, dependencies, pass_key, simulate
 
 # Relative slack for float round-off when comparing memory to a limit: a schedule that sits exactly on

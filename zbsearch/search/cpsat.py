@@ -22,8 +22,8 @@ from typing import Callable
 from ortools.sat.python import cp_model
 
 from .bounds import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
-from .ir import Action, Kind, Schedule, build
-from .problem import Problem
+from ..core.ir import Action, Kind, Schedule, build
+from ..core.problem import Problem
 
 # Memory is scaled to integers with this many units per the smallest mem_B of the problem; the
 # rounding error is far below any limit users give (a millionth of one microbatch's activations).

@@ -1,6 +1,6 @@
 """`zbsearch profile`: measure (or estimate) a model's per-stage costs and write a profile JSON.
 
-Only parsing and rendering live here; the work is zbsearch.profiler's. The progress bar goes to stderr
+Only parsing and rendering live here; the work is zbsearch.profiling.profiler's. The progress bar goes to stderr
 so that stdout carries only the summary (or, with --json, the profile itself).
 """
 
@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import profiler as prof
-from .inputs import JsonOpt
-from .profile import Profile
+from ..profiling import profiler as prof
+from .options import JsonOpt
+from ..core.profile import Profile
 
 MODEL_PANEL = "Model"
 MEASURE_PANEL = "Measurement"

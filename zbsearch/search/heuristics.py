@@ -18,13 +18,13 @@ Two engines, both driven by `GreedyOptions`:
   rank only while the memory limit leaves room for all of that microbatch's forward chunks on the
   rank (so chunked placements cannot deadlock on memory).
 
-Memory follows zbsearch.simulate exactly: F allocates mem_B at its start, B frees mem_B - mem_W at its
+Memory follows zbsearch.sim.simulate exactly: F allocates mem_B at its start, B frees mem_B - mem_W at its
 end and W frees mem_W at its end; the limit is the `MemoryLimit` per rank in the profile's memory unit.
 Levels are computed from pass counts (not by summing floats), so a schedule that sits exactly on its
 limit is accepted and never one above it.
 
 `candidates` runs every greedy variant plus every applicable handcrafted schedule, validates each with
-zbsearch.validate, and `best` returns the best by the objective.
+zbsearch.sim.validate, and `best` returns the best by the objective.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
-from .errors import InfeasibleError, PreconditionError, ScheduleError
-from .ir import Action, Kind, Placement, Schedule, build, linear
-from .memory import MemoryLimit, check_feasible, min_feasible_limit
-from .profile import Profile, StageCost
-from .simulate import Timeline, simulate
-from .validate import validate
+from ..core.errors import InfeasibleError, PreconditionError, ScheduleError
+from ..core.ir import Action, Kind, Placement, Schedule, build, linear
+from ..core.memory import MemoryLimit, check_feasible, min_feasible_limit
+from ..core.profile import Profile, StageCost
+from ..sim.simulate import Timeline, simulate
+from ..sim.validate import validate
 
 Objective = Literal["makespan", "span"]
 OBJECTIVES = ("makespan", "span")
@@ -133,7 +133,7 @@ class _CannotFit(Exception):
 @dataclass
 class _Result:
     """An engine's per-rank orders and its own as-soon-as-possible timing of them (the same times
-    zbsearch.simulate computes), used to rank variants before paying for validation."""
+    zbsearch.sim.simulate computes), used to rank variants before paying for validation."""
 
     order: list[list[tuple[int, Kind, int]]]    # per rank: (chunk, kind, microbatch)
     first_start: list[float]
@@ -543,7 +543,7 @@ def _handcrafted(p: int, m: int, placement_names: set[str] | None = None) -> Ite
     ones with their default chunk count and a few others. `placement_names`: only generators whose
     schedules use one of these placements (generating a V-shape schedule for p=32, m=256 takes
     seconds, wasted when the search is on another placement)."""
-    from . import schedules
+    from .. import schedules
 
     for name, gen in schedules.REGISTRY.items():
         if placement_names is not None and gen.placement not in placement_names:
@@ -564,9 +564,9 @@ def _handcrafted(p: int, m: int, placement_names: set[str] | None = None) -> Ite
 def _quick(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[float, float, float] | None:
     """(makespan, span, peak in stage-M_B units) of a schedule by the simulator, or None when it
     deadlocks, does not fit this profile, or exceeds the limit by the validator's own tolerance. Only
-    ranks candidates: whatever `candidates` and `best` return has been through zbsearch.validate,
+    ranks candidates: whatever `candidates` and `best` return has been through zbsearch.sim.validate,
     which also checks completeness (skipped here because it costs as much as the timing)."""
-    from .validate import MEMORY_RTOL
+    from ..sim.validate import MEMORY_RTOL
 
     if schedule.placement.num_ranks != profile.num_stages:
         return None
@@ -657,7 +657,7 @@ def candidates(
     top: int | None = None, same_placement: bool = False,
 ) -> list[tuple[str, Schedule, Timeline]]:
     """Every applicable handcrafted schedule and every greedy variant that passes
-    zbsearch.validate.validate under `limit`, each with its validated timeline, best first by
+    zbsearch.sim.validate.validate under `limit`, each with its validated timeline, best first by
     `objective` ('makespan' or 'span'; ties: lower peak memory in stage-M_B units). A schedule that
     several variants produce appears once (the others are named in its meta['same_as']).
 

@@ -36,11 +36,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .errors import PlanError, PreconditionError
-from .memory import MemoryLimit
-from .profile import MAX_MICROBATCHES, Profile
-from .schedules import REGISTRY, generate
-from .simulate import simulate
+from ..core.errors import PlanError, PreconditionError
+from ..core.memory import MemoryLimit
+from ..core.profile import MAX_MICROBATCHES, Profile
+from ..schedules import REGISTRY, generate
+from ..sim.simulate import simulate
 
 SCHEDULES: tuple[str, ...] = tuple(REGISTRY)
 OBJECTIVES = ("makespan", "span")

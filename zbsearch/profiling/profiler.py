@@ -34,9 +34,9 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .errors import ZbsearchError
+from ..core.errors import ZbsearchError
 from .partition import check_counts, linear_partition, stage_costs
-from .profile import Profile, check_microbatches, check_stages
+from ..core.profile import Profile, check_microbatches, check_stages
 
 PAPER = "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, arXiv:2401.10241"
 DTYPES = ("bf16", "fp16", "fp32")
