@@ -5,7 +5,8 @@ export/run; each step is a module, and a `Schedule` (ir.py) is the plain data th
 """
 
 from .core.errors import (
-    InfeasibleError, MemoryLimitError, PlanError, PreconditionError, ProfileError, ScheduleError, ZbsearchError,
+    DependencyError, FileError, InfeasibleError, MemoryLimitError, PartitionError, PlanError, PreconditionError,
+    ProfileError, ProfilerError, RunError, ScheduleError, ZbsearchError,
 )
 from .core.ir import Action, Kind, Placement, Schedule
 from .core.memory import MemoryLimit, parse_mem_limit
@@ -18,7 +19,7 @@ from .sim.validate import check, validate
 __version__ = "0.1.0"
 
 __all__ = [
-    "Action", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PlanError", "PreconditionError",
+    "Action", "DependencyError", "FileError", "InfeasibleError", "PartitionError", "ProfilerError", "RunError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PlanError", "PreconditionError",
     "Profile", "ProfileError", "Schedule", "ScheduleError", "StageCost", "Timeline", "ZbsearchError",
     "check", "generate", "load_profile", "parse_mem_limit", "parse_uniform", "simulate", "summarize",
     "uniform_profile", "validate",

@@ -33,3 +33,23 @@ class InfeasibleError(ZbsearchError):
 
 class PlanError(ZbsearchError):
     """A planning input is out of range: p < 2, a target outside (0, 1), a batch that does not divide."""
+
+
+class FileError(ZbsearchError):
+    """An input file cannot be read or parsed, or an output file cannot be written."""
+
+
+class DependencyError(ZbsearchError):
+    """An optional extra (torch, matplotlib) is needed for this request and is not installed."""
+
+
+class ProfilerError(ZbsearchError):
+    """A model cannot be built, measured or estimated as asked (bad shape, unknown device, bad factory)."""
+
+
+class PartitionError(ZbsearchError):
+    """Layers cannot be split into stages as asked (too few layers, counts that do not add up)."""
+
+
+class RunError(ZbsearchError):
+    """A schedule cannot be executed on torch's runtime as asked (processes, backend, a worker failed)."""

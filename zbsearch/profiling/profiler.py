@@ -34,7 +34,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..core.errors import ZbsearchError
+from ..core.errors import ProfilerError, ZbsearchError
 from .partition import check_counts, linear_partition, stage_costs
 from ..core.profile import Profile, check_microbatches, check_stages
 
@@ -49,10 +49,6 @@ DEFAULT_WARMUP = 2
 DEFAULT_REPEATS = 10
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
-
-
-class ProfilerError(ZbsearchError):
-    """The model, its shapes or the profiler's options cannot be measured as asked."""
 
 
 # -- GPUs for --estimate ----------------------------------------------------------------------
