@@ -17,17 +17,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.profiling import profiler as prof
 from zbsearch.cli.app import app
-from zbsearch.core.errors import ZbsearchError
-from zbsearch.profiling.partition import check_counts, linear_partition, max_stage_cost
+from zbsearch.core.errors import DependencyError, PartitionError, ProfilerError
 from zbsearch.core.profile import Profile, load_profile
+from zbsearch.profiling.build import check_split, profile_gpt_estimate, profile_measured
+from zbsearch.profiling.estimate import estimate_gpt
+from zbsearch.profiling.partition import check_counts, linear_partition, max_stage_cost
+from zbsearch.profiling.request import GptShape, MeasureRequest, StageSplit
 
 runner = CliRunner()
 
 # hidden / heads = 16 and s = 128 keep the s x s attention probabilities larger than the output
 # gradients B stores for W, so M_B > M_W as in the paper's 34h + 5as vs 32h.
-TINY = prof.GptShape(layers=2, hidden=256, heads=16, seq=128, micro_batch=2, vocab=256)
+TINY = GptShape(layers=2, hidden=256, heads=16, seq=128, micro_batch=2, vocab=256)
 # (B + W) / fused backward, summed over the layers. B and W are torch's stage_backward_input and
 # stage_backward_weight: a Python walk of the autograd graph plus one autograd-engine launch per
 # parameter group, work the fused backward does not do. On these small CPU layers that fixed cost is
@@ -75,23 +77,25 @@ def test_partition_matches_brute_force(seed: int) -> None:
 
 
 def test_partition_rejects_impossible_splits() -> None:
-    with pytest.raises(ZbsearchError, match="at least one layer"):
+    with pytest.raises(PartitionError, match="at least one layer"):
         linear_partition([1, 2], 3)
-    with pytest.raises(ZbsearchError, match="non-negative"):
+    with pytest.raises(PartitionError, match="non-negative"):
         linear_partition([1, -2], 1)
-    with pytest.raises(ZbsearchError, match="adds up to 5 layers but the model has 4"):
+    with pytest.raises(PartitionError, match="add up to 5 layers but the model has 4"):
         check_counts([2, 3], 4)
-    with pytest.raises(ZbsearchError, match="positive whole number"):
+    with pytest.raises(PartitionError, match="positive whole number"):
         check_counts([4, 0], 4)
+    with pytest.raises(PartitionError, match="make 2 stages but 3 stages were asked for"):
+        check_counts([2, 2], 4, 3)
 
 
 # -- estimates (no torch) ---------------------------------------------------------------------
 
-SEVEN_B = prof.GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
+SEVEN_B = GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
 
 
 def test_estimate_follows_table_1() -> None:
-    layers = prof.estimate_gpt(SEVEN_B, "h100", dtype="bf16", mfu=0.5)
+    layers = estimate_gpt(SEVEN_B, "h100", dtype="bf16", mfu=0.5)
     block = layers[1]
     b, s, h, a = 1, 4096, 4096, 32
     rate = 989.4e12 * 0.5 / 1e6  # FLOPs per microsecond
@@ -106,14 +110,23 @@ def test_estimate_needs_no_torch() -> None:
     code = textwrap.dedent("""
         import sys
         sys.modules["torch"] = None  # any `import torch` now fails
-        from zbsearch.profiling import profiler as prof
-        shape = prof.GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
-        p = prof.profile_gpt_estimate(shape, gpu="h100", mfu=0.4, p=8, attention="sdpa")
+        from zbsearch.core.errors import DependencyError
+        from zbsearch.profiling.build import profile_gpt_estimate, profile_measured
+        from zbsearch.profiling.request import GptShape, StageSplit
+        shape = GptShape(layers=32, hidden=4096, heads=32, seq=4096, micro_batch=1, vocab=32000)
+        p = profile_gpt_estimate(shape, "h100", StageSplit(stages=8), mfu=0.4, attention="sdpa")
         print(p.source["kind"], p.num_stages, p.memory_unit, p.details["partition"]["layers_per_stage"][0][0])
+        try:
+            profile_measured("gpt", StageSplit(stages=2))
+        except DependencyError as exc:
+            print(str(exc))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["estimated", "8", "bytes", "embedding"]
+    assert out.stdout.splitlines() == [
+        "estimated 8 bytes embedding",
+        "measuring needs torch: pip install 'zbsearch[torch]' (or estimate from FLOP counts, which needs no torch)",
+    ]
 
 
 def test_estimate_cli_writes_an_estimated_profile(tmp_path: Path) -> None:
@@ -128,20 +141,65 @@ def test_estimate_cli_writes_an_estimated_profile(tmp_path: Path) -> None:
     assert all(st.static_bytes > 0 and st.mem_B > st.mem_W > 0 for st in profile.stages)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--estimate"], "--estimate needs --gpu"),
-    (["--gpu", "h100"], "--gpu h100 goes with --estimate"),
-    (["--estimate", "--gpu", "v100"], "--gpu 'v100'"),
-    (["--estimate", "--gpu", "h100", "--mfu", "1.5"], "--mfu 1.5"),
-    (["--estimate", "--gpu", "a100", "--hidden", "100", "--heads", "3"], "not a multiple of --heads"),
-    (["--estimate", "--gpu", "a100", "-p", "9"], "-p 9 is more stages than the model's 4 transformer layers"),
-    (["--estimate", "--gpu", "a100", "--layers-per-stage", "2,1"], "adds up to 3 layers but the model has 4"),
-    (["--estimate", "--gpu", "a100"], "say how many pipeline stages"),
-    (["--model", "nocolon", "-p", "1"], "write gpt or package.module:factory"),
-    (["--model", "zb_no_such_module_x:f", "--hidden", "8", "-p", "1"], "shape the built-in gpt"),
+@pytest.mark.parametrize("args, line", [
+    (["--estimate"], "--estimate needs --gpu a100|h100|h200, e.g. --estimate --gpu h100 --mfu 0.4"),
+    (["--gpu", "h100"], "--gpu h100 goes with --estimate; to measure, run on the GPU with --device cuda"),
+    (["--estimate", "--gpu", "v100"], "GPU 'v100' has no datasheet entry: use one of a100, h100, h200 (option --gpu)"),
+    (["--estimate", "--gpu", "h100", "--mfu", "1.5"],
+     "MFU 1.5 is not a fraction of the GPU's peak: give 0 < MFU <= 1, e.g. 0.4 (option --mfu)"),
+    (["--estimate", "--gpu", "a100", "--hidden", "100", "--heads", "3"],
+     "hidden size 100 is not divisible by 3 heads: each head gets hidden / heads channels, e.g. hidden 256 with "
+     "4 heads (options --hidden, --heads)"),
+    (["--estimate", "--gpu", "a100", "--seq", "0", "-p", "1"], "GPT seq 0: give a positive whole number (option --seq)"),
+    (["--estimate", "--gpu", "a100", "-p", "9"],
+     "9 stages are more than the model's 4 transformer layers: every stage needs at least one, so use 4 stages "
+     "or fewer (option -p)"),
+    (["--estimate", "--gpu", "a100", "--layers-per-stage", "2,1"],
+     "layers per stage 2,1 add up to 3 layers but the model has 4: make the counts add up to 4 "
+     "(option --layers-per-stage)"),
+    (["--estimate", "--gpu", "a100", "-p", "3", "--layers-per-stage", "2,2"],
+     "layers per stage 2,2 make 2 stages but 3 stages were asked for: give 3 counts, or no stage count "
+     "(options --layers-per-stage, -p)"),
+    (["--estimate", "--gpu", "a100"],
+     "the number of pipeline stages is not given: give a stage count, or the layers per stage "
+     "(options -p, --layers-per-stage)"),
+    (["--estimate", "--gpu", "a100", "-p", "2", "--link-gbps", "0"],
+     "link bandwidth 0.0 Gb/s is not positive: give a positive number of gigabits per second, e.g. 200 "
+     "(option --link-gbps)"),
+    (["--estimate", "--gpu", "a100", "-p", "2", "--optimizer", "lion"],
+     "optimizer 'lion' is not supported: use one of adam, sgd, none (option --optimizer)"),
+    (["--model", "nocolon", "-p", "1"],
+     "model 'nocolon': write gpt or package.module:factory, e.g. my_models:build (option --model)"),
+    (["--model", "zb_no_such_module_x:f", "--hidden", "8", "-p", "1"],
+     "--hidden shape the built-in gpt; --model zb_no_such_module_x:f builds its own layers (drop those flags or "
+     "use --model gpt)"),
 ])
-def test_profile_cli_errors_are_one_line(args: list[str], needle: str) -> None:
-    assert needle in one_line_error(invoke("profile", *args))
+def test_profile_cli_errors_are_one_line(args: list[str], line: str) -> None:
+    assert one_line_error(invoke("profile", *args)) == f"error: {line}"
+
+
+def test_layers_per_stage_that_is_not_a_list_of_numbers_is_a_usage_error() -> None:
+    result = invoke("profile", "--estimate", "--gpu", "a100", "--layers-per-stage", "2,x")
+    assert result.exit_code == 2
+    text = " ".join(result.stderr.replace("\u2502", " ").split())  # rich's error box wraps the message
+    assert "Invalid value for '--layers-per-stage': '2,x': write comma-separated layer counts, e.g. 3,3,2" in text
+
+
+@pytest.mark.parametrize("call, error, fields", [
+    (lambda: GptShape(hidden=100, heads=3).check(), ProfilerError, ("hidden", "heads")),
+    (lambda: estimate_gpt(GptShape(), "v100"), ProfilerError, ("gpu",)),
+    (lambda: estimate_gpt(GptShape(), "a100", mfu=0), ProfilerError, ("mfu",)),
+    (lambda: check_split(6, StageSplit(stages=5, anchored=(1, 1))), PartitionError, ("stages",)),
+    (lambda: check_counts([1, 2], 3, p=3), PartitionError, ("layers_per_stage", "stages")),
+    (lambda: MeasureRequest(repeats=0).check(), ProfilerError, ("repeats",)),
+    (lambda: MeasureRequest(threads=0).check(), ProfilerError, ("threads",)),
+])
+def test_library_errors_speak_in_domain_terms_and_name_their_fields(call, error, fields) -> None:
+    with pytest.raises(error) as caught:
+        call()
+    message = str(caught.value)
+    assert "--" not in message and "-p " not in message and "\n" not in message
+    assert caught.value.fields == fields
 
 
 # -- measuring a tiny GPT on the CPU ------------------------------------------------------------
@@ -149,7 +207,8 @@ def test_profile_cli_errors_are_one_line(args: list[str], needle: str) -> None:
 @pytest.fixture(scope="module")
 def measured() -> Profile:
     pytest.importorskip("torch")
-    return prof.profile_measured("gpt", shape=TINY, device="cpu", p=2, warmup=2, repeats=9, threads=1)
+    request = MeasureRequest(device="cpu", warmup=2, repeats=9, threads=1)
+    return profile_measured("gpt", StageSplit(stages=2), request=request, shape=TINY)
 
 
 @pytest.mark.torch
@@ -181,10 +240,12 @@ def test_memory_M_B_above_M_W_and_grows_with_micro_batch(measured: Profile) -> N
     assert "notes" not in measured.details  # no stage needed mem_B raised to mem_W
     blocks = {}
     for b in (1, 2):
-        shape = prof.GptShape(layers=1, hidden=TINY.hidden, heads=TINY.heads, seq=TINY.seq, micro_batch=b,
+        shape = GptShape(layers=1, hidden=TINY.hidden, heads=TINY.heads, seq=TINY.seq, micro_batch=b,
                               vocab=TINY.vocab)
-        specs, ids = prof.gpt_layers(shape)
-        costs = prof.measure_layers(specs, ids, device="cpu", warmup=0, repeats=1, threads=1)
+        from zbsearch.profiling.measure import measure_layers
+        from zbsearch.profiling.models import gpt_layers
+        specs, ids = gpt_layers(shape)
+        costs = measure_layers(specs, ids, MeasureRequest(device="cpu", warmup=0, repeats=1, threads=1))
         blocks[b] = costs[1]
         assert costs[1].mem_B > costs[1].mem_W > 0
     assert blocks[2].mem_B == pytest.approx(2 * blocks[1].mem_B, rel=0.05)

@@ -1,6 +1,6 @@
 """`zbsearch profile`: measure (or estimate) a model's per-stage costs and write a profile JSON.
 
-Only parsing and rendering live here; the work is zbsearch.profiling.profiler's. The progress bar goes to stderr
+Only parsing, rendering and naming the flag behind a library error live here; the work is zbsearch.profiling's. The progress bar goes to stderr
 so that stdout carries only the summary (or, with --json, the profile itself).
 """
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich import box
@@ -17,9 +18,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..profiling import profiler as prof
-from .options import JsonOpt
+from ..core.errors import ProfilerError, ZbsearchError
 from ..core.profile import Profile
+from ..profiling.build import profile_gpt_estimate, profile_measured
+from ..profiling.hardware import GPUS
+from ..profiling.request import (
+    DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape, MeasureRequest, PipelineSetup,
+    StageSplit,
+)
+from .options import JsonOpt
 
 MODEL_PANEL = "Model"
 MEASURE_PANEL = "Measurement"
@@ -56,8 +63,18 @@ StagesOpt = Annotated[Optional[int], typer.Option(
     help="Pipeline stages. The layers are split by an exact DP minimizing the slowest stage's F+B+W; the gpt "
          "embedding stays on the first stage, the head and loss on the last.",
 )]
+def _layer_counts(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    """`--layers-per-stage 3,3,2` as (3, 3, 2); a usage error (exit 2) when it is not a list of numbers."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: write comma-separated layer counts, e.g. 3,3,2") from None
+
+
 LayersPerStageOpt = Annotated[Optional[str], typer.Option(
-    "--layers-per-stage", metavar="N1,N2,...", rich_help_panel=STAGES_PANEL,
+    "--layers-per-stage", metavar="N1,N2,...", rich_help_panel=STAGES_PANEL, callback=_layer_counts,
     help="Force the split instead: layers per stage (gpt: transformer layers; embedding and head are added "
          "to the first and last stage). Sets -p.",
 )]
@@ -68,7 +85,7 @@ ProfileMicrobatchesOpt = Annotated[Optional[int], typer.Option(
 LinkOpt = Annotated[Optional[float], typer.Option(
     "--link-gbps", metavar="GBIT/S", rich_help_panel=STAGES_PANEL,
     help=f"Stage-to-stage link bandwidth in gigabits per second; comm = boundary activation bytes / bandwidth. "
-         f"Default: measured cuda:0 -> cuda:1 when two GPUs are present, else {prof.DEFAULT_LINK_GBPS:g} "
+         f"Default: measured cuda:0 -> cuda:1 when two GPUs are present, else {DEFAULT_LINK_GBPS:g} "
          "(one 200 Gb/s InfiniBand HDR link).",
 )]
 OptimizerOpt = Annotated[str, typer.Option(
@@ -109,7 +126,7 @@ EstimateOpt = Annotated[bool, typer.Option(
          "GPU's dense peak (source: estimated). Needs no torch.",
 )]
 GpuOpt = Annotated[Optional[str], typer.Option(
-    "--gpu", metavar="|".join(prof.GPUS), rich_help_panel=ESTIMATE_PANEL,
+    "--gpu", metavar="|".join(GPUS), rich_help_panel=ESTIMATE_PANEL,
     help="GPU for --estimate: a100 (312 bf16 TFLOP/s dense, 80 GB), h100 or h200 (989.4 dense, 80 / 141 GB), "
          "SXM datasheet figures.",
 )]
@@ -122,6 +139,29 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     help="Write the profile JSON here (atomically).")]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", metavar="NAME", rich_help_panel=OUTPUT_PANEL, help="Profile name. Default: from model, dtype, device.")]
+
+
+# The request fields a library error names (its `fields`), as this command's flags.
+FLAGS = {
+    "model": "--model", "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "seq": "--seq",
+    "micro_batch": "--micro-batch", "vocab": "--vocab", "attention": "--attention", "stages": "-p",
+    "layers_per_stage": "--layers-per-stage", "microbatches": "-m", "link_gbps": "--link-gbps",
+    "optimizer": "--optimizer", "device": "--device", "dtype": "--dtype", "warmup": "--warmup",
+    "repeats": "--repeats", "threads": "--threads", "gpu": "--gpu", "mfu": "--mfu",
+}
+
+
+@contextmanager
+def _naming_flags() -> Iterator[None]:
+    """Re-raise a library error about request fields with the flags that set them: `... (option --gpu)`."""
+    try:
+        yield
+    except ZbsearchError as exc:
+        flags = [FLAGS[f] for f in getattr(exc, "fields", ()) if f in FLAGS]
+        if not flags:
+            raise
+        word = "option" if len(flags) == 1 else "options"
+        raise type(exc)(f"{exc} ({word} {', '.join(flags)})") from exc
 
 
 def _bytes(x: float | None) -> str:
@@ -224,14 +264,14 @@ def profile(
     torch_stage0: TorchStage0Opt = False,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = None,
-    warmup: WarmupOpt = prof.DEFAULT_WARMUP,
-    repeats: RepeatsOpt = prof.DEFAULT_REPEATS,
+    warmup: WarmupOpt = DEFAULT_WARMUP,
+    repeats: RepeatsOpt = DEFAULT_REPEATS,
     threads: ThreadsOpt = None,
     interleave: InterleaveOpt = True,
     seed: SeedOpt = 0,
     estimate: EstimateOpt = False,
     gpu: GpuOpt = None,
-    mfu: MfuOpt = prof.DEFAULT_MFU,
+    mfu: MfuOpt = DEFAULT_MFU,
     output: OutputOpt = None,
     name: NameOpt = None,
     json_out: JsonOpt = False,
@@ -247,33 +287,42 @@ def profile(
     given = {k: v for k, v in shape_args.items() if v is not None}
     if model != "gpt" and given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise prof.ProfilerError(f"{flags} shape the built-in gpt; --model {model} builds its own layers "
-                                 "(drop those flags or use --model gpt)")
-    shape = prof.GptShape(**given)
-    counts = prof.parse_layers_per_stage(layers_per_stage)
+        raise ProfilerError(f"{flags} shape the built-in gpt; --model {model} builds its own layers "
+                            "(drop those flags or use --model gpt)")
     if gpu is not None and not estimate:
-        raise prof.ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
-    if estimate:
-        if model != "gpt":
-            raise prof.ProfilerError(f"--estimate works for --model gpt only (it counts the GPT's FLOPs); "
-                                     f"measure {model} instead")
-        if gpu is None:
-            raise prof.ProfilerError(f"--estimate needs --gpu {'|'.join(prof.GPUS)}, e.g. --estimate --gpu h100 --mfu 0.4")
-        result = prof.profile_gpt_estimate(
-            shape, gpu=gpu.lower(), mfu=mfu, dtype=dtype or "bf16", p=p, layers_per_stage=counts,
-            link_gbps=link_gbps, microbatches=m, optimizer=optimizer, name=name, torch_stage0=torch_stage0, attention=attention)
-    else:
-        with _Bar() as bar:
-            result = prof.profile_measured(
-                model, shape=shape, attention=attention, device=device, dtype=dtype, p=p, layers_per_stage=counts,
-                link_gbps=link_gbps, microbatches=m, optimizer=optimizer, warmup=warmup, repeats=repeats,
-                seed=seed, torch_stage0=torch_stage0, name=name, progress=bar, threads=threads,
-                interleave=interleave)
+        raise ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
+    shape = GptShape(**given)
+    # the option's callback has turned the comma list into a tuple of counts
+    split = StageSplit(stages=p, layers_per_stage=layers_per_stage)  # type: ignore[arg-type]
+    setup = PipelineSetup(microbatches=m, link_gbps=link_gbps, optimizer=optimizer, torch_stage0=torch_stage0)
+    with _naming_flags():
+        if estimate:
+            result = _estimate(model, shape, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
+                               attention=attention, name=name)
+        else:
+            request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
+                                     interleave=interleave)
+            with _Bar() as bar:
+                result = profile_measured(model, split, setup, request, shape=shape, attention=attention, seed=seed,
+                                          name=name, progress=bar)
     if output is not None:
         result.save(output)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return
+    _print_summary(result, output)
+
+
+def _estimate(model: str, shape: GptShape, gpu: Optional[str], split: StageSplit, setup: PipelineSetup,
+              **options: Any) -> Profile:
+    if model != "gpt":
+        raise ProfilerError(f"--estimate works for --model gpt only (it counts the GPT's FLOPs); measure {model} instead")
+    if gpu is None:
+        raise ProfilerError(f"--estimate needs --gpu {'|'.join(GPUS)}, e.g. --estimate --gpu h100 --mfu 0.4")
+    return profile_gpt_estimate(shape, gpu.lower(), split, setup, **options)
+
+
+def _print_summary(result: Profile, output: Optional[Path]) -> None:
     out = Console(highlight=False, soft_wrap=True)
     out.print(summary_table(result))
     out.print(headline(result))

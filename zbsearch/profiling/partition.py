@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..core.errors import ZbsearchError
+from ..core.errors import PartitionError
+from .request import bad_input
 
 
 def stage_costs(costs: Sequence[float], counts: Sequence[int], first_extra: float = 0.0,
@@ -32,22 +33,29 @@ def stage_costs(costs: Sequence[float], counts: Sequence[int], first_extra: floa
 
 
 def check_counts(counts: Sequence[int], n: int, p: int | None = None) -> list[int]:
-    """Validate a forced split (`--layers-per-stage`): positive counts adding up to n (and p of them).
+    """Validate a forced split: positive counts adding up to n (and p of them when p is given).
 
     Raises
     ------
-    ZbsearchError
+    PartitionError
         A count is not a positive integer, the counts do not add up to n, or there are not p of them.
+
+    Examples
+    --------
+    >>> check_counts([3, 3, 2], 8)
+    [3, 3, 2]
     """
     counts = list(counts)
+    given = ",".join(map(str, counts))
     if not counts or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
-        raise ZbsearchError(f"--layers-per-stage {','.join(map(str, counts))}: every stage needs a positive "
-                            "whole number of layers, e.g. --layers-per-stage 3,3,2")
+        raise bad_input(PartitionError, f"layers per stage {given}: every stage needs a positive whole number "
+                        "of layers, e.g. 3,3,2", "layers_per_stage")
     if sum(counts) != n:
-        raise ZbsearchError(f"--layers-per-stage {','.join(map(str, counts))} adds up to {sum(counts)} layers "
-                            f"but the model has {n}: make the counts add up to {n}")
+        raise bad_input(PartitionError, f"layers per stage {given} add up to {sum(counts)} layers but the model "
+                        f"has {n}: make the counts add up to {n}", "layers_per_stage")
     if p is not None and len(counts) != p:
-        raise ZbsearchError(f"--layers-per-stage gives {len(counts)} stages but -p is {p}: drop -p or give {p} counts")
+        raise bad_input(PartitionError, f"layers per stage {given} make {len(counts)} stages but {p} stages were "
+                        f"asked for: give {p} counts, or no stage count", "layers_per_stage", "stages")
     return counts
 
 
@@ -71,7 +79,7 @@ def linear_partition(costs: Sequence[float], p: int, first_extra: float = 0.0,
 
     Raises
     ------
-    ZbsearchError
+    PartitionError
         p is out of range or a cost is negative or not finite.
 
     Examples
@@ -83,10 +91,10 @@ def linear_partition(costs: Sequence[float], p: int, first_extra: float = 0.0,
     """
     n = len(costs)
     if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= n:
-        raise ZbsearchError(f"cannot split {n} layers into {p} stages: every stage needs at least one layer, "
+        raise PartitionError(f"cannot split {n} layers into {p} stages: every stage needs at least one layer, "
                             f"so use 1 <= p <= {n}")
     if any(not math.isfinite(c) or c < 0 for c in costs):
-        raise ZbsearchError("layer costs must be finite and non-negative")
+        raise PartitionError("layer costs must be finite and non-negative")
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + float(c))

@@ -1,0 +1,308 @@
+"""Assemble a zbsearch profile from per-layer costs: the stage split, the stage sums, communication,
+static memory and provenance; and the two whole flows, measured and estimated.
+
+`build_profile` splits the layers into p contiguous stages (exact linear-partition DP, or a forced
+split), adds communication times from the bytes crossing each stage boundary and a link bandwidth,
+and returns a validated `Profile`. `profile_measured` and `profile_gpt_estimate` get the layer costs
+(see measure.py and estimate.py) and write the `source` prose that says how they were obtained.
+
+Units: times in microseconds, memory in bytes. torch is imported only by `profile_measured`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from ..core.errors import PartitionError, ProfilerError
+from ..core.profile import Profile, check_microbatches, check_stages
+from .costs import LayerCost
+from .estimate import ESTIMATE_FORMULAS, PAPER, estimate_gpt
+from .hardware import default_dtype, device_info, gpu_spec, import_torch, measure_link_gbps, resolve_device
+from .partition import check_counts, linear_partition, stage_costs
+from .request import (
+    DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, MeasureRequest, PipelineSetup, Progress,
+    StageSplit, bad_input, check_choice, check_factory_spec,
+)
+
+GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
+DEFAULT_LINK = f"default {DEFAULT_LINK_GBPS} Gb/s"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the profile says about where its numbers come from."""
+
+    name: str
+    source: dict[str, Any]  # the profile's `source`: kind, method, device or GPU, date
+    link_origin: str  # where the link bandwidth comes from: given, measured or the default
+    details: dict[str, Any] | None = None  # model, dtype, environment...; the stage split is added
+    capacity_bytes: float | None = None  # the device's memory
+
+
+def optimizer_bytes_per_param(optimizer: str, dtype: str) -> int:
+    """Parameter, gradient and optimizer-state bytes per parameter.
+
+    Mixed precision (bf16/fp16 weights) keeps an fp32 master copy. Adam keeps two fp32 moments, SGD
+    with momentum one, `none` only the weight and its gradient. Adam gives the usual 16 bytes per
+    parameter in both mixed precision (2 + 2 + 4 + 4 + 4) and fp32 (4 + 4 + 4 + 4).
+
+    >>> optimizer_bytes_per_param("adam", "bf16"), optimizer_bytes_per_param("sgd", "fp32")
+    (16, 12)
+    """
+    check_choice(optimizer, OPTIMIZERS, "optimizer", "optimizer")
+    w = DTYPE_BYTES[dtype]
+    if optimizer == "none":
+        return 2 * w
+    master = 4 if w < 4 else 0
+    states = {"adam": 8, "sgd": 4}[optimizer]
+    return 2 * w + master + states
+
+
+def check_split(n_layers: int, split: StageSplit) -> None:
+    """Check a stage split against the model's layer count before anything is measured."""
+    movable = n_layers - sum(split.anchored)
+    what = "transformer layers" if any(split.anchored) else "layers"
+    if split.layers_per_stage:
+        check_counts(list(split.layers_per_stage), movable, split.stages)
+        return
+    if split.stages is None:
+        raise bad_input(PartitionError, "the number of pipeline stages is not given: give a stage count, or the "
+                        "layers per stage", "stages", "layers_per_stage")
+    check_stages(split.stages)
+    if split.stages > movable:
+        raise bad_input(PartitionError, f"{split.stages} stages are more than the model's {movable} {what}: every "
+                        f"stage needs at least one, so use {movable} stages or fewer", "stages")
+
+
+def split_layers(costs: Sequence[LayerCost], split: StageSplit) -> list[int]:
+    """Layers per stage (counting every layer, anchored ones included).
+
+    `split.anchored` = (a, z): the first a layers always sit on the first stage and the last z on the
+    last stage (the GPT's embedding and head); the DP, or `split.layers_per_stage`, places the layers between.
+    """
+    first, last = split.anchored
+    check_split(len(costs), split)
+    if split.layers_per_stage:
+        counts = list(split.layers_per_stage)
+    else:
+        middle = [c.compute for c in costs[first:len(costs) - last]]
+        extra_first = sum(c.compute for c in costs[:first])
+        extra_last = sum(c.compute for c in costs[len(costs) - last:])
+        counts = linear_partition(middle, split.stages, extra_first, extra_last)
+    counts[0] += first
+    counts[-1] += last
+    return counts
+
+
+def _stage(k: int, group: Sequence[LayerCost], torch_stage0: bool, notes: list[str]) -> dict[str, float]:
+    """Stage k's F, B, W, fused backward, M_B and M_W: the sums over its layers (see build_profile)."""
+    st = {key: float(sum(getattr(c, key) for c in group)) for key in ("F", "B", "W", "full_backward", "mem_B", "mem_W")}
+    for key in ("F", "B", "W", "full_backward"):  # 9 significant digits are plenty
+        st[key] = float(f"{st[key]:.9g}")
+    if st["mem_W"] > st["mem_B"]:
+        notes.append(f"stage {k}: mem_B raised from {st['mem_B']:.0f} to mem_W {st['mem_W']:.0f} bytes")
+        st["mem_B"] = st["mem_W"]
+    if st["mem_B"] <= 0:
+        notes.append(f"stage {k}: no saved activations measured; mem_B set to 1 byte")
+        st["mem_B"], st["mem_W"] = 1.0, min(st["mem_W"], 1.0)
+    if k == 0 and torch_stage0:
+        st["B"], st["W"], st["mem_W"] = 0.0, st["full_backward"] or st["B"] + st["W"], st["mem_B"]
+    if st["B"] + st["W"] <= 0:
+        raise ProfilerError(f"stage {k} ({', '.join(c.name for c in group)}) has no backward work: its layers have "
+                            "no parameters and pass no gradient; put them on a stage with trainable layers")
+    if st["full_backward"] <= 0:
+        del st["full_backward"]
+    return st
+
+
+def _partition_details(costs: Sequence[LayerCost], split: StageSplit, counts: list[int],
+                       names: list[list[str]]) -> dict[str, Any]:
+    if split.layers_per_stage:
+        method = "forced by --layers-per-stage"
+    else:
+        method = "exact linear-partition DP minimizing the largest stage F + B + W"
+        if split.anchored != (0, 0):
+            method += ", embedding pinned to the first stage and head + loss to the last"
+    return {"layers_per_stage": names, "method": method,
+            "stage_compute_us": [round(x, 3) for x in stage_costs([c.compute for c in costs], counts)]}
+
+
+def build_profile(costs: Sequence[LayerCost], split: StageSplit, setup: PipelineSetup, provenance: Provenance,
+                  *, dtype: str = "fp32") -> Profile:
+    """Group layer costs into stages and return a validated profile (times in us, memory in bytes).
+
+    A stage's F, B, W, fused backward, M_B and M_W are the sums over its layers; its static bytes are its
+    parameters times `optimizer_bytes_per_param` (of `setup.optimizer` and `dtype`); the time of
+    boundary k is the bytes of the activation leaving stage k divided by `setup.link_gbps` (the default
+    when None; latency ignored). When a stage needs more from B to W than from F to B (small attention,
+    large output gradients), its mem_B is raised to its mem_W: the profile format needs mem_W <= mem_B,
+    and raising mem_B never under-counts memory.
+
+    With `setup.torch_stage0`, stage 0 is costed as torch.distributed.pipelining runs it: it has no input
+    gradient to compute, so its I does nothing (B = 0) and its W runs the fused backward, holding mem_B.
+    """
+    setup.check()
+    link_gbps = setup.link_gbps if setup.link_gbps is not None else DEFAULT_LINK_GBPS
+    counts = split_layers(costs, split)
+    p = len(counts)
+    m = check_microbatches(setup.microbatches if setup.microbatches is not None else 2 * p)
+    per_param = optimizer_bytes_per_param(setup.optimizer, dtype)
+    stages: list[dict[str, Any]] = []
+    names: list[list[str]] = []
+    boundary_bytes: list[int] = []
+    notes: list[str] = []
+    start = 0
+    for k, count in enumerate(counts):
+        group = list(costs[start:start + count])
+        start += count
+        names.append([c.name for c in group])
+        st = _stage(k, group, setup.torch_stage0, notes)
+        st["static_bytes"] = float(sum(c.params for c in group) * per_param)
+        stages.append(st)
+        if k < len(counts) - 1:
+            boundary_bytes.append(group[-1].out_bytes)
+    comm = [float(f"{nbytes * 8 / (link_gbps * 1e9) * 1e6:.9g}") for nbytes in boundary_bytes]
+    info = dict(provenance.details or {})
+    info.update({
+        "partition": _partition_details(costs, split, counts, names),
+        "boundary_bytes": boundary_bytes,
+        "link": {"gbps": link_gbps, "origin": provenance.link_origin,
+                 "model": "time = bytes / bandwidth, latency ignored"},
+        "static": {"optimizer": setup.optimizer, "bytes_per_param": per_param,
+                   "what": "parameters + gradients + optimizer state (+ fp32 master weights in mixed precision)"},
+        "torch_stage0": setup.torch_stage0,
+        "layers": [c.to_dict() for c in costs],
+    })
+    if notes:
+        info["notes"] = notes
+    data = {
+        "format": "zbsearch-profile/1", "name": provenance.name, "num_stages": p, "microbatches": m,
+        "time_unit": "us", "memory_unit": "bytes",
+        "stages": stages, "comm": comm, "source": provenance.source, "details": info,
+    }
+    if provenance.capacity_bytes:
+        data["device_capacity_bytes"] = float(provenance.capacity_bytes)
+    return Profile.from_dict(data, origin=provenance.name)
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def profile_gpt_estimate(shape: GptShape, gpu: str, split: StageSplit = StageSplit(),
+                         setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
+                         attention: str = "naive", name: str | None = None) -> Profile:
+    """The estimated profile of the built-in GPT on a GPU (a key of hardware.GPUS); needs no torch."""
+    costs = estimate_gpt(shape, gpu, dtype=dtype, mfu=mfu, attention=attention)
+    spec = gpu_spec(gpu)
+    method = (f"estimated from FLOP counts, not measured: time = FLOPs / ({spec.peak_tflops[dtype]} TFLOP/s "
+              f"dense {dtype} peak of the {spec.name} * MFU {mfu}); attention {attention}; {ESTIMATE_FORMULAS}")
+    source = {"kind": "estimated", "method": method, "citation": f"{PAPER}, Table 1 (FLOPs and activation memory)",
+              "gpu": spec.name, "peak_source": spec.source, "mfu": mfu, "date": now_utc()}
+    details = {"model": {**shape.describe(), "attention": attention}, "dtype": dtype, "gpu": gpu, "mfu": mfu,
+               "peak_tflops": spec.peak_tflops[dtype]}
+    provenance = Provenance(
+        name=name or f"{shape.label()}-{gpu}-estimated", source=source, details=details,
+        link_origin="--link-gbps" if setup.link_gbps is not None else DEFAULT_LINK,
+        capacity_bytes=spec.memory_bytes)
+    return build_profile(costs, replace(split, anchored=GPT_ANCHORS), setup, provenance, dtype=dtype)
+
+
+
+def _measured_method(request: MeasureRequest, cuda: bool) -> tuple[str, str, str, str]:
+    """(method, timer, order, memory method): how a measured profile's numbers were taken, in words."""
+    timer = "CUDA events" if cuda else "time.perf_counter"
+    order = ("round-robin over all layers, one run of each per round" if request.interleave else
+             "one layer at a time")
+    memory = ("M_B: torch.cuda.memory_allocated delta over F (minus the output, plus the input when saved); "
+              if cuda else
+              "M_B: bytes of the distinct non-parameter tensors saved for backward (saved-tensor hooks); ")
+    memory += ("M_W: bytes of the tensors the weight-gradient step still needs after B (saved inputs of the "
+               "parameter-using autograd nodes plus the output gradients stored for them)")
+    method = (f"zbsearch profile: each layer measured alone on its real input; F forward, B = torch's "
+              f"stage_backward_input (the runtime's I), W = stage_backward_weight (the runtime's W), and the fused "
+              f"backward (stage_backward); {request.warmup} warm-up runs, median of {request.repeats} ({timer}, "
+              f"{order}); {memory}")
+    return method, timer, order, memory
+
+
+def _resolve_link(setup: PipelineSetup, costs: Sequence[LayerCost], cuda: bool) -> tuple[PipelineSetup, str]:
+    """The link bandwidth given, else measured between two GPUs, else the default; with its origin."""
+    if setup.link_gbps is not None:
+        return setup, "--link-gbps"
+    biggest = max(c.out_bytes for c in costs)
+    measured = measure_link_gbps(biggest) if cuda else None
+    if measured is not None:
+        return replace(setup, link_gbps=measured), f"measured cuda:0 -> cuda:1 copy of {biggest} bytes"
+    return replace(setup, link_gbps=DEFAULT_LINK_GBPS), DEFAULT_LINK
+
+
+@dataclass(frozen=True)
+class _Model:
+    specs: list[Any]  # models.LayerSpec
+    sample: Any  # the first layer's input, a tensor
+    anchored: tuple[int, int]
+    info: dict[str, Any]
+    label: str  # the start of the profile's default name
+
+
+def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -> _Model:
+    """The built-in GPT or a factory's layers, ready to measure."""
+    torch = import_torch()
+    from .models import describe_tensor, gpt_layers, load_factory
+
+    if model == "gpt":
+        shape = (shape or GptShape()).check()
+        specs, sample = gpt_layers(shape, attention, seed)
+        return _Model(specs, sample, GPT_ANCHORS, {**shape.describe(), "attention": attention}, shape.label())
+    torch.manual_seed(seed)
+    specs, sample = load_factory(model)
+    info = {"model": model, "layers": len(specs), "sample_input": describe_tensor(sample)}
+    return _Model(specs, sample, (0, 0), info, model)
+
+
+def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup: PipelineSetup = PipelineSetup(),
+                     request: MeasureRequest = MeasureRequest(), *, shape: GptShape | None = None,
+                     attention: str = "naive", seed: int = 0, name: str | None = None,
+                     progress: Progress | None = None) -> Profile:
+    """Measure the built-in GPT (`model="gpt"`) or a user's `package.module:factory` and build its profile.
+
+    `split.anchored` is set by the model (the GPT's embedding and head stay on the end stages).
+    """
+    if model != "gpt":
+        check_factory_spec(model)
+    import_torch()
+    from .measure import measure_layers
+
+    dev = resolve_device(request.device)
+    request = replace(request, dtype=request.dtype or default_dtype(dev)).check()
+    if split.stages is not None:
+        check_stages(split.stages)
+    setup.check()
+    loaded = _load_model(model, shape, attention, seed)
+    split = replace(split, anchored=loaded.anchored)
+    check_split(len(loaded.specs), split)
+    costs = measure_layers(loaded.specs, loaded.sample, replace(request, device=str(dev)), progress)
+    info = device_info(dev)
+    cuda = dev.type == "cuda"
+    if not cuda:
+        info["threads"] = request.threads if request.threads is not None else info["threads"]
+    setup, origin = _resolve_link(setup, costs, cuda)
+    method, timer, order, memory = _measured_method(request, cuda)
+    device_name = info["name"]
+    if not cuda:
+        device_name += f", {info['threads']} torch thread{'s' if info['threads'] != 1 else ''}"
+    source = {"kind": "measured", "device": device_name, "date": now_utc(), "method": method,
+              "torch": info["torch"], "cuda": info["cuda"], "dtype": request.dtype}
+    details = {"model": loaded.info, "dtype": request.dtype, "device": str(dev), "environment": info,
+               "timing": {"warmup": request.warmup, "repeats": request.repeats, "statistic": "median",
+                          "timer": timer, "order": order},
+               "memory_method": memory,
+               "torch_runtime_note": "torch's split backward keeps the autograd graph from I until W, so between "
+                                     "them it holds about mem_W_torch_runtime per layer (see layers), more than mem_W"}
+    dev_tag = "cuda" if cuda else "cpu"
+    provenance = Provenance(name=name or f"{loaded.label}-{request.dtype}-{dev_tag}", source=source, details=details,
+                            link_origin=origin, capacity_bytes=info.get("capacity_bytes"))
+    return build_profile(costs, split, setup, provenance, dtype=request.dtype)
