@@ -350,25 +350,41 @@ def test_user_factory_is_measured(factories: str, tmp_path: Path) -> None:
     assert all(st.F > 0 and st.B + st.W > 0 for st in profile.stages)
 
 
+FIX = ("a factory must return (layers, sample_input): the ordered list of nn.Module layers and the first layer's "
+       "input tensor")
+
+
 @pytest.mark.torch
-@pytest.mark.parametrize("factory, needle", [
-    ("not_modules", "layer 1 is a int, not a torch.nn.Module"),
-    ("wrong_input", "layer 0:Linear (Linear) failed on its input, a float32 tensor of shape 2x5"),
-    ("one_module", "returned one Linear module, not a list of layers"),
-    ("no_pair", "the factory returned list; a factory must return (layers, sample_input)"),
-    ("not_a_tensor", "the sample input is a list, not a torch.Tensor"),
-    ("returns_tuple", "returned a tuple, not a tensor"),
+@pytest.mark.parametrize("factory, line", [
+    ("not_modules", f"layer 1 is a int, not a torch.nn.Module; {FIX}"),
+    ("one_module", "the factory returned one Linear module, not a list of layers; return e.g. "
+                   "list(model.children()) in pipeline order"),
+    ("no_pair", f"the factory returned list; {FIX}"),
+    ("not_a_tensor", f"the sample input is a list, not a torch.Tensor; {FIX}"),
     ("raises", "the factory raised ValueError: no weights here"),
-    ("NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a function"),
-    ("missing", "has no 'missing'"),
+    ("NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a function returning (layers, sample_input)"),
+    ("missing", "module 'zb_test_factories' has no 'missing'"),
 ])
-def test_bad_factories_get_one_clear_line(factories: str, factory: str, needle: str) -> None:
-    line = one_line_error(invoke("profile", "--model", f"{factories}:{factory}", "-p", 1, "--device", "cpu",
-                                 "--warmup", 0, "--repeats", 1))
-    assert needle in line
+def test_bad_factories_get_one_clear_line(factories: str, factory: str, line: str) -> None:
+    got = one_line_error(invoke("profile", "--model", f"{factories}:{factory}", "-p", 1, "--device", "cpu",
+                                "--warmup", 0, "--repeats", 1))
+    assert got == f"error: model factory {factories}:{factory}: {line}"
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("factory, start", [
+    ("wrong_input", "error: layer 0:Linear (Linear) failed on its input, a float32 tensor of shape 2x5: RuntimeError: "),
+    ("returns_tuple", "error: layer 1:Pair (Pair) returned a tuple, not a tensor: each layer must take one tensor and "
+                      "return one tensor"),
+])
+def test_layers_that_fail_get_one_clear_line(factories: str, factory: str, start: str) -> None:
+    got = one_line_error(invoke("profile", "--model", f"{factories}:{factory}", "-p", 1, "--device", "cpu",
+                                "--warmup", 0, "--repeats", 1))
+    assert got.startswith(start), got
 
 
 @pytest.mark.torch
 def test_missing_factory_module_is_one_line(factories: str) -> None:
     line = one_line_error(invoke("profile", "--model", "zb_no_such_module_x:build", "-p", 1, "--device", "cpu"))
-    assert "cannot import 'zb_no_such_module_x'" in line
+    assert line.startswith("error: model factory zb_no_such_module_x:build: cannot import 'zb_no_such_module_x' "
+                           "(ModuleNotFoundError: No module named 'zb_no_such_module_x')"), line
