@@ -18,9 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
-from zbsearch.core.errors import DependencyError, PartitionError, ProfilerError
+from zbsearch.core.errors import PartitionError, ProfilerError
 from zbsearch.core.profile import Profile, load_profile
-from zbsearch.profiling.build import check_split, profile_gpt_estimate, profile_measured
+from zbsearch.profiling.build import check_split, profile_measured
 from zbsearch.profiling.estimate import estimate_gpt
 from zbsearch.profiling.partition import check_counts, linear_partition, max_stage_cost
 from zbsearch.profiling.request import GptShape, MeasureRequest, StageSplit

@@ -1,7 +1,8 @@
 """`zbsearch profile`: measure (or estimate) a model's per-stage costs and write a profile JSON.
 
-Only parsing, rendering and naming the flag behind a library error live here; the work is zbsearch.profiling's. The progress bar goes to stderr
-so that stdout carries only the summary (or, with --json, the profile itself).
+Only parsing, rendering and naming the flags behind a library error live here; the work is
+zbsearch.profiling's. The progress bar goes to stderr so that stdout carries only the summary (or, with
+--json, the profile itself).
 """
 
 from __future__ import annotations
