@@ -20,7 +20,7 @@ from zbsearch.cli.app import app
 from zbsearch.cli.console import progress_bar, stdout_console
 from zbsearch.cli.options import load_problem, naming, parse_limit
 from zbsearch.cli.params import parse_figure_formats, parse_microbatch_list, parse_stages, parse_uniform_times
-from zbsearch.core.errors import MemoryLimitError, ProfileError
+from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError
 from zbsearch.core.ir import Action, Kind
 from zbsearch.core.profile import profile_schema, uniform_profile
 from zbsearch.report.render import fitted_label, gantt_cells, search_status
@@ -550,6 +550,12 @@ def test_naming_puts_the_option_in_front_only_when_missing():
     with pytest.raises(ProfileError) as info, naming(several):
         raise ProfileError("stage 0 has no costs")
     assert str(info.value) == "stage 0 has no costs"
+    with pytest.raises(InfeasibleError) as info, naming({"--mem-limit": "0.1p"}, quoted=True):
+        raise InfeasibleError("memory limit 0.1p is infeasible: the minimum is 0.25p")
+    assert str(info.value) == "--mem-limit: memory limit 0.1p is infeasible: the minimum is 0.25p"
+    with pytest.raises(InfeasibleError) as info, naming({"--mem-limit": "0.1p"}, quoted=True):
+        raise InfeasibleError("nothing fits")
+    assert str(info.value) == "nothing fits"
 
 
 def test_parsers_return_values():
@@ -566,6 +572,22 @@ def test_progress_bar_is_silent_off_a_terminal(capsys):
         progress(1, 10, "heuristics: incumbent 5")
         progress(10, 10, "done")
     assert capsys.readouterr() == ("", "")
+
+
+def test_progress_bar_draws_its_label_literally_on_a_terminal():
+    import io
+
+    stream = io.StringIO()
+    terminal = Console(file=stream, force_terminal=True, width=120)
+    with progress_bar("profile", console=terminal) as progress:
+        progress(3, 8, "layer [torch] 3")
+        terminal.print("done")  # printed above the live bar, so the bar is drawn at least once
+    assert "profile" in stream.getvalue() and "3/8" in stream.getvalue()
+    assert "layer [torch] 3" in stream.getvalue()
+    quiet = io.StringIO()
+    with progress_bar("profile", enabled=False, console=Console(file=quiet, force_terminal=True)) as progress:
+        progress(3, 8, "layer 3")
+    assert quiet.getvalue() == ""
 
 
 def test_search_status():

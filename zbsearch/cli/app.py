@@ -225,7 +225,7 @@ def solve(
     with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
         problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
     out = stdout_console()
-    with progress_bar("solve", enabled=not json_out) as progress:
+    with progress_bar("solve", enabled=not json_out) as progress, naming({"--mem-limit": mem_limit}, quoted=True):
         def on_event(event: search.Progress) -> None:
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 

@@ -1,6 +1,7 @@
-"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see compare.py and plot.py).
+"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see plan/compare.py and
+report/plot.py).
 
-Registered on the main app by one line in cli.py (`register(app)`); errors are ZbsearchErrors, which
+Registered on the main app by one line in app.py (`register(app)`); errors are ZbsearchErrors, which
 the app prints as one line and exit 1.
 """
 

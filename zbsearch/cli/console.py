@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Optional
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 # progress(done, total, what is running now); total None while it is not known yet.
-ProgressCallback = Callable[[int, "int | None", str], None]
+ProgressCallback = Callable[[int, Optional[int], str], None]
 
 
 def stdout_console() -> Console:
@@ -31,13 +32,13 @@ def print_error(message: str) -> None:
 
 
 @contextmanager
-def progress_bar(title: str, *, enabled: bool = True) -> Iterator[ProgressCallback]:
-    """A transient progress bar on stderr; yields the callback that moves it.
+def progress_bar(title: str, *, enabled: bool = True, console: Console | None = None) -> Iterator[ProgressCallback]:
+    """A transient progress bar on stderr (or `console`); yields the callback that moves it.
 
-    The bar shows `title`, the bar, done/total, the elapsed time and the callback's label. It draws
-    only when `enabled` and stderr is a terminal, so scripts and pipes see nothing of it.
+    The bar shows `title`, the bar, done/total, the elapsed time and the callback's label, literally.
+    It draws only when `enabled` and the console is a terminal, so scripts and pipes see nothing of it.
     """
-    console = Console(stderr=True)
+    console = console if console is not None else Console(stderr=True)
     bar = Progress(
         TextColumn(f"[bold]{escape(title)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.description}", markup=False),

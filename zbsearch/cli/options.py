@@ -2,9 +2,11 @@
 shorthand), the memory limit and the common output switches.
 
 Each option is declared once here, as an `Annotated` alias, and every command that takes it uses the
-alias, so the flags, their help and their defaults cannot drift apart between commands. The checks
-that tie options together (`--uniform` needs `-p`; `-p` must match the profile) live in
-`load_problem`, which raises ProfileError with the fix; the CLI turns that into one line.
+alias, so the flags, their help and their defaults cannot drift apart between commands. Values that
+do not parse are usage errors (params.py). The checks that tie options together (`--uniform` needs
+`-p`; `-p` must match the profile; the schedule's ranks must match the profile's stages) live in
+`load_problem` and `problem_for_schedule`, which raise ProfileError with the fix; the CLI turns that
+into one line. `naming` adds the option to a library error that speaks only of the value.
 """
 
 from __future__ import annotations
@@ -240,12 +242,13 @@ def parse_limit(text: str | None, problem: Profile, profile: Path | None = None)
 
 
 @contextmanager
-def naming(values: Mapping[str, Any]) -> Iterator[None]:
+def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]:
     """Put the option in front of a library error about its value, when the message does not name it.
 
     The library speaks of the memory limit or the placement, not of flags. `values` maps each option
-    to the value (or list of values) the user gave it; with one option the error is about it, with
-    several it is the one whose value the message quotes. Unattributable errors pass unchanged.
+    to the value (or list of values) the user gave it. With one option and not `quoted`, every error
+    is taken to be about it (the call reads nothing else); otherwise the error is about the option
+    whose value the message quotes. Errors about no option, or about several, pass unchanged.
     """
     try:
         yield
@@ -253,11 +256,12 @@ def naming(values: Mapping[str, Any]) -> Iterator[None]:
         message = str(exc)
         if any(_mentions(message, flag.rstrip("s")) for flag in values):
             raise
-        about = list(values) if len(values) == 1 else [
+        about = list(values) if len(values) == 1 and not quoted else [
             flag for flag, value in values.items() if any(_mentions(message, v, whole=True) for v in _listed(value))]
         if len(about) != 1:
             raise
-        raise type(exc)(f"{about[0]}: {message}") from None
+        exc.args = (f"{about[0]}: {message}",)
+        raise
 
 
 def _listed(value: Any) -> list[str]:
