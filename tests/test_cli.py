@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from zbsearch.cli.app import app
 from zbsearch.cli.console import progress_bar, stdout_console
 from zbsearch.cli.options import load_problem, naming, parse_limit
-from zbsearch.cli.params import parse_figure_formats, parse_microbatch_list, parse_stages, parse_uniform_times
+from zbsearch.cli.params import count_list_parser, parse_figure_formats, parse_microbatch_list, parse_stages, parse_uniform_times
 from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError
 from zbsearch.core.ir import Action, Kind
 from zbsearch.core.profile import profile_schema, uniform_profile
@@ -570,6 +570,11 @@ def test_naming_puts_the_option_in_front_only_when_missing():
 
 def test_parsers_return_values():
     assert parse_microbatch_list(" 24, 32,64 ") == (24, 32, 64)
+    layers = count_list_parser("layer counts", "3,3,2")
+    assert layers("3,3,2") == (3, 3, 2)
+    with pytest.raises(typer.BadParameter) as info:
+        layers("3,0")
+    assert info.value.message == "'3,0' is not a list of layer counts: write e.g. 3,3,2"
     assert parse_figure_formats("svg,png,svg") == ("svg", "png")
     assert parse_figure_formats("none") == ()
     assert parse_stages("7") == 7

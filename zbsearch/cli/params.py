@@ -65,16 +65,22 @@ parse_microbatches = count_parser("microbatches", MAX_MICROBATCHES)
 parse_chunks = count_parser("chunks per rank")
 
 
-def parse_microbatch_list(text: str) -> IntList:
-    """'24,32,64' -> (24, 32, 64), each a microbatch count."""
-    try:
-        counts = IntList(_count(item, "microbatches", MAX_MICROBATCHES) for item in _items(text))
-    except typer.BadParameter:
-        counts = IntList()
-    if not counts:
-        raise typer.BadParameter(f"{text!r} is not a list of microbatch counts from 1 to {MAX_MICROBATCHES}: "
-                                 "write e.g. 24 or 24,32,64")
-    return counts
+def count_list_parser(what: str, example: str, most: int | None = None) -> Callable[[str], IntList]:
+    """A parser for a comma list of counts from 1 to `most`, e.g. 'microbatch counts' written '24,32'."""
+    def parse(text: str) -> IntList:
+        try:
+            counts = IntList(_count(item, what, most) for item in _items(text))
+        except typer.BadParameter:
+            counts = IntList()
+        if not counts:
+            allowed = f" from 1 to {most}" if most is not None else ""
+            raise typer.BadParameter(f"{text!r} is not a list of {what}{allowed}: write e.g. {example}")
+        return counts
+
+    return parse
+
+
+parse_microbatch_list = count_list_parser("microbatch counts", "24 or 24,32,64", MAX_MICROBATCHES)
 
 
 def parse_str_list(text: str) -> StrList:
