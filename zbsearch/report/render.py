@@ -104,7 +104,7 @@ def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
         row: list[tuple[str, str] | None] = [None] * cells
         drawn: list[tuple[list[int], Action, bool]] = []
         for slot in slots:
-            if slot.end <= slot.start:
+            if slot.end <= slot.start:  # nothing to draw; drawn, a zero-length I would abut its W as "BW"
                 continue
             c0 = min(cells - 1, int(round(slot.start * scale)))
             c1 = min(cells, max(c0 + 1, int(round(slot.end * scale))))
@@ -117,8 +117,8 @@ def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
         # Labels last to first, once every pass has its cells, so each knows what the chart shows after it.
         for free, action, odd in reversed(drawn):
             after = free[-1] + 1
-            next_text = "".join(row[c][0] for c in range(after, min(cells, after + 2)) if row[c] is not None)
-            label = fitted_label(action, odd, len(free), next_text)
+            next_cell = row[after] if after < cells else None
+            label = fitted_label(action, odd, len(free), next_cell[0] if next_cell is not None else "")
             for c, ch in zip(free, label):
                 row[c] = (ch, row[c][1])  # type: ignore[index]
         rows.append([cell if cell is not None else (IDLE, "dim") for cell in row])
