@@ -3,48 +3,37 @@
 Every ZbsearchError (and an OS error on a file) is caught in one place, `ZbsearchGroup.invoke`, so each
 command, including ones added later, prints a failure as one line `error: ...` on stderr and exits 1.
 Usage errors (an unknown flag, a non-integer -p) keep typer's own message and exit code 2.
-Shared options are declared once, in inputs.py.
+Shared options are declared once, in options.py.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 from typer.core import TyperGroup
 
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
+from .console import print_error, progress_bar, stdout_console
 from .options import (
     ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
-    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, check_chunks,
-    load_problem,
+    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming,
+    parse_limit, problem_for_schedule,
 )
 from ..core.ir import Schedule
-from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.problem import make_problems
-from ..core.profile import Profile, profile_schema
+from ..core.profile import profile_schema
 from ..report import render
 from ..report.render import fmt_number, gantt, headline, summary_table
 from ..sim.summary import summarize
 from ..schedules import REGISTRY, generate
 from ..sim.validate import ValidationReport, check
-
-
-def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def print_error(message: str) -> None:
-    """One line on stderr: 'error: <message>', the prefix in red when stderr is a terminal."""
-    line = Text.assemble(("error:", "bold red"), " ", " ".join(message.split()))
-    Console(stderr=True, highlight=False, soft_wrap=True).print(line)
 
 
 class ZbsearchGroup(TyperGroup):
@@ -95,19 +84,6 @@ def _reason(report: ValidationReport, name: str) -> str:
     return ""
 
 
-def _require_fit(schedule: Schedule, profile: Profile) -> None:
-    if profile.num_stages != schedule.num_ranks:
-        raise ScheduleError(
-            f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but profile {profile.name!r} has "
-            f"{profile.num_stages} stages: use a profile with one stage per rank (or -p {schedule.num_ranks} "
-            "with --uniform)"
-        )
-
-
-def _limit(text: str | None, profile: Profile) -> MemoryLimit | None:
-    return parse_mem_limit(text, profile) if text is not None else None
-
-
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=1) + "\n")
 
@@ -136,8 +112,8 @@ def baseline(
     reason); -o is written only for a valid schedule.
     """
     problem = load_problem(profile, uniform, p, m, uniform_memory)
-    limit = _limit(mem_limit, problem)
-    schedule = generate(name, problem.num_stages, problem.microbatches, check_chunks(chunks))
+    limit = parse_limit(mem_limit, problem, profile)
+    schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)
@@ -150,7 +126,7 @@ def baseline(
     if json_out:
         _print_json(summary)
     else:
-        out = _stdout()
+        out = stdout_console()
         out.print(summary_table(summary))
         out.print(headline(summary))
         if output is not None and not reason:
@@ -173,13 +149,11 @@ def show(
     With --uniform, -p defaults to the schedule's rank count.
     """
     schedule = Schedule.load(schedule_file)
-    problem = load_problem(profile, uniform, p, None, uniform_memory,
-                           default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
-    _require_fit(schedule, problem)
+    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
     report = check(schedule, problem)
     report.raise_if_invalid(schedule.name)
     summary = summarize(report.timeline)
-    out = _stdout()
+    out = stdout_console()
     out.print(summary_table(summary))
     out.print(headline(summary))
     out.print()
@@ -201,17 +175,10 @@ def validate(
     structure, completeness and deadlock are checked. With --uniform, -p defaults to the schedule's.
     """
     schedule = Schedule.load(schedule_file)
-    problem: Profile | None = None
-    limit: MemoryLimit | None = None
-    if profile is not None or uniform is not None:
-        problem = load_problem(profile, uniform, p, None, uniform_memory,
-                               default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
-        _require_fit(schedule, problem)
-        limit = _limit(mem_limit, problem)
-    elif mem_limit is not None:
+    if mem_limit is not None and profile is None and uniform is None:
         raise ScheduleError("--mem-limit needs costs: add --profile PROFILE.json or --uniform F,B,W")
-    elif p is not None or uniform_memory is not None:
-        raise ScheduleError("-p and --uniform-memory go with --uniform F,B,W")
+    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    limit = parse_limit(mem_limit, problem, profile) if problem is not None else None
     report = check(schedule, problem, limit)
     report.raise_if_invalid(schedule.name)
     what = (f"{schedule.name!r} is valid: {schedule.num_ranks} ranks, {schedule.num_microbatches} microbatches, "
@@ -223,7 +190,7 @@ def validate(
             what += f"; within --mem-limit {limit.text}"
     else:
         what += " (structure and deadlock only: give --profile or --uniform for timing and memory)"
-    _stdout().print(what)
+    stdout_console().print(what)
 
 
 @app.command()
@@ -254,12 +221,16 @@ def solve(
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     prof = load_problem(profile, uniform, p, m, uniform_memory)
-    problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
-    out = _stdout()
-    live = not json_out and out.is_terminal
-    with render.SolveProgress(out, enabled=live) as progress:
+    parse_limit(mem_limit, prof, profile)  # a limit that does not apply is reported naming the profile file
+    with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
+        problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
+    out = stdout_console()
+    with progress_bar("solve", enabled=not json_out) as progress, naming({"--mem-limit": mem_limit}, quoted=True):
+        def on_event(event: search.Progress) -> None:
+            progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
+
         result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
-                                         progress=progress.update)
+                                         progress=on_event)
     summary = result.report()
     if output is not None:
         result.schedule.save(output)
@@ -289,7 +260,7 @@ def list_schedules() -> None:
     for gen in REGISTRY.values():
         chunks = f"--chunks V (default {gen.default_chunks})" if gen.takes_chunks else "fixed"
         table.add_row(gen.name, chunks, gen.summary)
-    _stdout().print(table)
+    stdout_console().print(table)
 
 
 @app.command()

@@ -1,6 +1,7 @@
-"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see compare.py and plot.py).
+"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see plan/compare.py and
+report/plot.py).
 
-Registered on the main app by one line in cli.py (`register(app)`); errors are ZbsearchErrors, which
+Registered on the main app by one line in app.py (`register(app)`); errors are ZbsearchErrors, which
 the app prints as one line and exit 1.
 """
 
@@ -11,19 +12,21 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core.errors import ProfileError, ZbsearchError
+from .console import progress_bar, stdout_console
 from .options import (
-    OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
-    StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, check_chunks, load_problem,
+    OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
+    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, load_problem, naming, parse_limit,
+    problem_for_schedule,
 )
+from .params import IntList, StrList, parse_figure_formats, parse_microbatch_list, parse_str_list
 
-# Options only these commands take (the shared ones come from inputs.py).
-MicrobatchListOpt = Annotated[Optional[str], typer.Option(
-    "-m", "--microbatches", metavar="M[,M...]", rich_help_panel=PROBLEM_PANEL,
+# Options only these commands take (the shared ones come from options.py).
+MicrobatchListOpt = Annotated[Optional[IntList], typer.Option(
+    "-m", "--microbatches", metavar="M[,M...]", rich_help_panel=PROBLEM_PANEL, parser=parse_microbatch_list,
     help="Microbatch counts to compare at, e.g. 24,32,64. Default: the profile's; with --uniform, 2p.",
 )]
-MemLimitsOpt = Annotated[str, typer.Option(
-    "--mem-limits", metavar="LIMIT[,LIMIT...]", rich_help_panel=PROBLEM_PANEL,
+MemLimitsOpt = Annotated[StrList, typer.Option(
+    "--mem-limits", metavar="LIMIT[,LIMIT...]", rich_help_panel=PROBLEM_PANEL, parser=parse_str_list,
     help="Memory limits to compare at; zbsearch is solved at each (see --mem-limit in `solve`: 1p, 2p, "
          "1.5p, 40GiB, auto, none).",
 )]
@@ -41,8 +44,8 @@ PrefixOpt = Annotated[Path, typer.Option(
     help="Where to write: PREFIX.md, PREFIX.csv, PREFIX_gantt.png and PREFIX_pareto.png (with several -m, "
          "PREFIX_mM_gantt.png ...). The folder is created.",
 )]
-FiguresOpt = Annotated[str, typer.Option(
-    "--figures", metavar="png|svg|png,svg|none", rich_help_panel=OUTPUT_PANEL,
+FiguresOpt = Annotated[StrList, typer.Option(
+    "--figures", metavar="png|svg|png,svg|none", rich_help_panel=OUTPUT_PANEL, parser=parse_figure_formats,
     help="Figure formats (they need matplotlib, the plot extra of zbsearch).",
 )]
 FigureOutOpt = Annotated[Path, typer.Option(
@@ -53,34 +56,6 @@ TitleOpt = Annotated[Optional[str], typer.Option(
     "--title", metavar="TEXT", rich_help_panel=OUTPUT_PANEL,
     help="Chart title. Default: the schedule's name, bubble rate, makespan and peak memory.",
 )]
-
-
-def parse_counts(text: str) -> list[int]:
-    """'24,32,64' -> [24, 32, 64]; a one-line ProfileError otherwise."""
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or any(c < 1 for c in counts):
-        raise ProfileError(f"-m {text!r} is not a list of microbatch counts: write e.g. -m 24 or -m 24,32,64")
-    return counts
-
-
-def parse_list(text: str, flag: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise ZbsearchError(f"{flag} is empty: give at least one value")
-    return items
-
-
-def parse_figures(text: str) -> list[str]:
-    items = [x.lower() for x in parse_list(text, "--figures")]
-    if items == ["none"]:
-        return []
-    bad = [x for x in items if x not in ("png", "svg")]
-    if bad:
-        raise ZbsearchError(f"--figures {text!r}: use png, svg, png,svg or none")
-    return list(dict.fromkeys(items))
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +71,7 @@ def compare_command(
     p: StagesOpt = None,
     m: MicrobatchListOpt = None,
     uniform_memory: UniformMemoryOpt = None,
-    mem_limits: MemLimitsOpt = "1p,2p",
+    mem_limits: MemLimitsOpt = "1p,2p",  # type: ignore[assignment]  # typer parses defaults too
     schedules: SchedulesOpt = "all",
     no_torch: NoTorchOpt = False,
     chunks: ChunksOpt = None,
@@ -105,7 +80,7 @@ def compare_command(
     time_limit: TimeLimitOpt = 30.0,
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
-    figures: FiguresOpt = "png",
+    figures: FiguresOpt = "png",  # type: ignore[assignment]
 ) -> None:
     """Compare every handcrafted schedule, torch's built-in orders and zbsearch at each memory limit.
 
@@ -116,35 +91,24 @@ def compare_command(
     """
     import sys
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..plan import compare as cmp
 
-    ms = parse_counts(m) if m is not None else None
-    prof = load_problem(profile, uniform, p, ms[0] if ms else None, uniform_memory)
-    limits = parse_list(mem_limits, "--mem-limits")
-    formats = parse_figures(figures)
-    if formats:
+    prof = load_problem(profile, uniform, p, m[0] if m else None, uniform_memory)
+    for limit in mem_limits:
+        parse_limit(limit, prof, profile)  # a limit that does not apply is reported naming the profile file
+    if figures:
         from ..report.plot import _matplotlib
 
         _matplotlib()  # say it is missing before the long part
-    err = Console(stderr=True)
-    bar = Progress(TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=err, transient=True, disable=not err.is_terminal)
-    with bar:
-        task = bar.add_task("", total=None)
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=total, description=label)
-
+    options = {"--mem-limits": mem_limits, "--schedules": schedules, "--objective": objective, "--placement": placement}
+    with progress_bar("compare") as progress, naming(options):
         comp = cmp.compare(
-            prof, microbatches=ms, limits=limits, schedules=schedules, objective=objective, time_limit=time_limit,
-            placement=placement, chunks=check_chunks(chunks), with_torch=False if no_torch else None,
-            workers=workers, seed=seed, progress=progress)
+            prof, microbatches=list(m) if m else None, limits=list(mem_limits), schedules=schedules,
+            objective=objective, time_limit=time_limit, placement=placement, chunks=chunks,
+            with_torch=False if no_torch else None, workers=workers, seed=seed, progress=progress)
     comp.command = "zbsearch " + " ".join(_quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
-    written = cmp.write(comp, output, formats)
-    out = Console(highlight=False, soft_wrap=True)
+    written = cmp.write(comp, output, list(figures))
+    out = stdout_console()
     for mm in comp.microbatches:
         for limit in comp.limits:
             rows = cmp.sorted_rows(comp.rows_for(mm, limit))
@@ -186,12 +150,7 @@ def plot_command(
 
     figure_format(output)
     schedule = Schedule.load(schedule_file)
-    prof = load_problem(profile, uniform, p, None, uniform_memory,
-                        default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
-    if prof.num_stages != schedule.num_ranks:
-        raise ZbsearchError(
-            f"schedule {schedule.name!r} has {schedule.num_ranks} ranks but profile {prof.name!r} has "
-            f"{prof.num_stages} stages: use a profile with one stage per rank (or -p {schedule.num_ranks} with --uniform)")
+    prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
     report = check(schedule, prof)
     report.raise_if_invalid(schedule.name)
     plot_gantt(report.timeline, output, title=title)

@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..core.errors import ZbsearchError
 from ..interop.export import FORMATS, export
-from .options import OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_problem
+from .console import stdout_console
+from .options import (
+    OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, problem_for_schedule,
+)
+from .params import parse_chunks, parse_microbatches
 from ..core.ir import Kind, Schedule
-from ..core.profile import Profile
 from ..sim.validate import validate
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ ImportOutputOpt = Annotated[Path, typer.Option(
     help="Write the imported schedule JSON here (atomically), only once it has passed validation.",
 )]
 ImportMicrobatchesOpt = Annotated[Optional[int], typer.Option(
-    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL, min=1,
+    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL, parser=parse_microbatches,
     help="Microbatches per iteration. Default: the largest microbatch in the file, plus one.",
 )]
 TorchScheduleOpt = Annotated[Optional[str], typer.Option(
@@ -49,7 +51,7 @@ TorchScheduleOpt = Annotated[Optional[str], typer.Option(
          "DualPipeV, Interleaved1F1B, LoopedBFS, GPipe (needs -p and -m; needs torch).",
 )]
 StagesPerRankOpt = Annotated[Optional[int], typer.Option(
-    "--stages-per-rank", metavar="V", rich_help_panel=TORCH_PANEL, min=1,
+    "--stages-per-rank", metavar="V", rich_help_panel=TORCH_PANEL, parser=parse_chunks,
     help="With --torch-schedule: stages per rank (default 2 for multi-stage schedules).",
 )]
 NprocOpt = Annotated[Optional[int], typer.Option(
@@ -78,20 +80,6 @@ RunSeedOpt = Annotated[int, typer.Option(
 )]
 
 
-def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _optional_problem(schedule: Schedule, profile: Path | None, uniform: str | None, p: int | None,
-                      uniform_memory: str | None) -> Profile | None:
-    if profile is None and uniform is None:
-        if p is not None or uniform_memory is not None:
-            raise ZbsearchError("-p and --uniform-memory go with --uniform F,B,W")
-        return None
-    return load_problem(profile, uniform, p, None, uniform_memory,
-                        default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
-
-
 def export_command(
     schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to export.")],
     fmt: FormatOpt,
@@ -108,9 +96,9 @@ def export_command(
     --profile or --uniform (with --uniform, -p defaults to the schedule's rank count).
     """
     schedule = Schedule.load(schedule_file)
-    problem = _optional_problem(schedule, profile, uniform, p, uniform_memory)
+    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     path = export(schedule, fmt, output, problem)
-    _stdout().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
+    stdout_console().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
                     f"{schedule.num_microbatches} microbatches, {schedule.count()} actions)")
 
 
@@ -144,7 +132,7 @@ def import_command(
     validate(schedule)
     schedule.save(output)
     pl = schedule.placement
-    _stdout().print(f"imported {schedule.name!r}: placement {pl.name}, {schedule.num_ranks} ranks, {pl.num_chunks} "
+    stdout_console().print(f"imported {schedule.name!r}: placement {pl.name}, {schedule.num_ranks} ranks, {pl.num_chunks} "
                     f"stages, {schedule.num_microbatches} microbatches, {schedule.count()} actions; wrote {output}")
 
 
@@ -167,17 +155,17 @@ def run_command(
     Exports the schedule as a compute-only CSV, runs it through torch's _PipelineScheduleRuntime on a
     small model, and compares the loss and every parameter gradient with a single-process reference.
     Prints the measured time of each pass kind per rank (next to the plan with --profile/--uniform) and
-    exits 1 when anything differs. Needs torch: pip install 'zbsearch[torch]'.
+    exits 1 when anything differs. Needs torch: pip install 'zbsearch\\[torch]'.
     """
     from ..interop.runtime import run
 
     schedule = Schedule.load(schedule_file)
-    problem = _optional_problem(schedule, profile, uniform, p, uniform_memory)
+    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
     else:
-        out = _stdout()
+        out = stdout_console()
         out.print(_timing_table(result))
         out.print(_headline(result))
     if not result.ok:

@@ -2,20 +2,29 @@
 shorthand), the memory limit and the common output switches.
 
 Each option is declared once here, as an `Annotated` alias, and every command that takes it uses the
-alias, so the flags, their help and their defaults cannot drift apart between commands. The checks
-that tie options together (`--uniform` needs `-p`; `-p` must match the profile) live in
-`load_problem`, which raises ProfileError with the fix; the CLI turns that into one line.
+alias, so the flags, their help and their defaults cannot drift apart between commands. Values that
+do not parse are usage errors (params.py). The checks that tie options together (`--uniform` needs
+`-p`; `-p` must match the profile; the schedule's ranks must match the profile's stages) live in
+`load_problem` and `problem_for_schedule`, which raise ProfileError with the fix; the CLI turns that
+into one line. `naming` adds the option to a library error that speaks only of the value.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from ..core.errors import PreconditionError, ProfileError
-from ..core.profile import Profile, check_microbatches, check_stages, load_profile, parse_uniform
+from ..core.errors import PreconditionError, ProfileError, ZbsearchError
+from ..core.ir import Schedule
+from ..core.memory import MemoryLimit, parse_mem_limit
+from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
+from .params import Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory, parse_uniform_times
 
 PROBLEM_PANEL = "Problem"
 OUTPUT_PANEL = "Output"
@@ -26,26 +35,26 @@ ProfileOpt = Annotated[Optional[Path], typer.Option(
     "--profile", metavar="PROFILE.json", rich_help_panel=PROBLEM_PANEL,
     help="Profile JSON with per-stage F/B/W times, memory and provenance (see `zbsearch schema`).",
 )]
-UniformOpt = Annotated[Optional[str], typer.Option(
-    "--uniform", metavar="F,B,W[,COMM]", rich_help_panel=PROBLEM_PANEL,
+UniformOpt = Annotated[Optional[Numbers], typer.Option(
+    "--uniform", metavar="F,B,W[,COMM]", rich_help_panel=PROBLEM_PANEL, parser=parse_uniform_times,
     help="Shorthand instead of a profile: p identical stages with these times (needs -p).",
 )]
 StagesOpt = Annotated[Optional[int], typer.Option(
-    "-p", "--stages", metavar="P", rich_help_panel=PROBLEM_PANEL,
+    "-p", "--stages", metavar="P", rich_help_panel=PROBLEM_PANEL, parser=parse_stages,
     help="Pipeline ranks (stages). Needed with --uniform (commands that read a schedule default to its "
          "rank count); with --profile it must match the profile.",
 )]
 MicrobatchesOpt = Annotated[Optional[int], typer.Option(
-    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL,
+    "-m", "--microbatches", metavar="M", rich_help_panel=PROBLEM_PANEL, parser=parse_microbatches,
     help="Microbatches per iteration. Default: the profile's `microbatches`; with --uniform, 2p.",
 )]
-UniformMemoryOpt = Annotated[Optional[str], typer.Option(
-    "--uniform-memory", metavar="M_B,M_W", rich_help_panel=PROBLEM_PANEL,
+UniformMemoryOpt = Annotated[Optional[Numbers], typer.Option(
+    "--uniform-memory", metavar="M_B,M_W", rich_help_panel=PROBLEM_PANEL, parser=parse_uniform_memory,
     help="With --uniform: activation memory a microbatch holds from F to B (M_B) and from B to W "
          "(M_W), relative units. Default 1,0.5.",
 )]
 ChunksOpt = Annotated[Optional[int], typer.Option(
-    "--chunks", metavar="V", rich_help_panel=PROBLEM_PANEL,
+    "--chunks", metavar="V", rich_help_panel=PROBLEM_PANEL, parser=parse_chunks,
     help="Model chunks per rank for interleaved-1f1b (default 2); other schedules fix their own.",
 )]
 MemLimitOpt = Annotated[Optional[str], typer.Option(
@@ -102,10 +111,10 @@ WidthOpt = Annotated[Optional[int], typer.Option(
 
 def load_problem(
     profile: Path | str | None,
-    uniform: str | None,
+    uniform: Numbers | str | None,
     p: int | None,
     m: int | None,
-    uniform_memory: str | None = None,
+    uniform_memory: Numbers | str | None = None,
     *,
     default_p: int | None = None,
     default_m: int | None = None,
@@ -115,7 +124,8 @@ def load_problem(
     Parameters
     ----------
     profile, uniform, p, m, uniform_memory
-        The values of --profile, --uniform, -p, -m and --uniform-memory (None when not given).
+        The values of --profile, --uniform, -p, -m and --uniform-memory (None when not given); the
+        uniform numbers as parsed by their options, or as the text typed.
     default_p, default_m
         What -p and -m mean when left out and no profile says otherwise (commands that read a
         schedule pass its rank and microbatch counts). Without `default_p`, --uniform needs -p.
@@ -131,15 +141,14 @@ def load_problem(
     ProfileError
         Neither or both of --profile and --uniform; --uniform without -p; -p not matching the
         profile; --uniform-memory without --uniform; p or m out of range; a malformed profile file.
-    ZbsearchError
+    FileError
         The profile file is missing or is not JSON.
     """
     if profile is not None and uniform is not None:
         raise ProfileError("give either --profile FILE or --uniform F,B,W, not both")
     if profile is None and uniform is None:
         raise ProfileError("say what to schedule: --profile PROFILE.json, or --uniform F,B,W[,COMM] with -p P")
-    if uniform_memory is not None and uniform is None:
-        raise ProfileError("--uniform-memory applies to --uniform only; a profile file gives mem_B and mem_W per stage")
+    check_uniform_companions(profile, uniform, p, uniform_memory)
     if p is not None:
         check_stages(p)
     if m is not None:
@@ -148,10 +157,10 @@ def load_problem(
         if p is None:
             p = default_p
         if p is None:
-            raise ProfileError(f"--uniform {uniform} needs the number of stages: add -p P, e.g. -p 4")
+            raise ProfileError(f"--uniform {_text(uniform)} needs the number of stages: add -p P, e.g. -p 4")
         if m is None:
             m = default_m if default_m is not None else 2 * p
-        return parse_uniform(uniform, p=p, m=m, memory=uniform_memory)
+        return _uniform(uniform, p, m, uniform_memory)
     loaded = load_profile(profile)
     if p is not None and p != loaded.num_stages:
         raise ProfileError(
@@ -163,8 +172,112 @@ def load_problem(
     return loaded.with_microbatches(m) if m is not None else loaded
 
 
+def check_uniform_companions(profile: object, uniform: object, p: int | None, uniform_memory: object) -> None:
+    """The options that only mean something with --uniform: --uniform-memory always, -p when there is
+    no profile to match either."""
+    if uniform is not None:
+        return
+    if profile is not None:
+        if uniform_memory is not None:
+            raise ProfileError("--uniform-memory applies to --uniform only; a profile file gives mem_B and mem_W "
+                               "per stage")
+    elif p is not None or uniform_memory is not None:
+        raise ProfileError("-p and --uniform-memory go with --uniform F,B,W")
+
+
+def _text(numbers: Numbers | str) -> str:
+    return numbers if isinstance(numbers, str) else numbers.text
+
+
+def _uniform(times: Numbers | str, p: int, m: int, memory: Numbers | str | None) -> Profile:
+    if isinstance(times, str):
+        times = parse_uniform_times(times)
+    if isinstance(memory, str):
+        memory = parse_uniform_memory(memory)
+    mem_B, mem_W = memory if memory is not None else (1.0, 0.5)
+    with naming({"--uniform": _text(times)}):
+        return uniform_profile(*times, p=p, m=m, mem_B=mem_B, mem_W=mem_W)
+
+
+def problem_for_schedule(
+    schedule: Schedule,
+    schedule_file: Path,
+    profile: Path | None,
+    uniform: Numbers | None,
+    p: int | None,
+    uniform_memory: Numbers | None,
+    *,
+    optional: bool = False,
+) -> Profile | None:
+    """The profile to run a schedule file on: -p and -m default to the schedule's, and its stage count
+    must equal the schedule's ranks. None when `optional` and neither --profile nor --uniform is given.
+
+    Raises ProfileError naming the schedule and profile files when they do not match.
+    """
+    if optional and profile is None and uniform is None:
+        check_uniform_companions(profile, uniform, p, uniform_memory)
+        return None
+    problem = load_problem(profile, uniform, p, None, uniform_memory,
+                           default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+    ranks = schedule.num_ranks
+    if problem.num_stages == ranks:
+        return problem
+    where = str(schedule_file)
+    if profile is not None:
+        raise ProfileError(
+            f"profile {str(profile)!r} has {problem.num_stages} stages but schedule {where!r} has {ranks} ranks: "
+            f"use a profile with one stage per rank (or --uniform F,B,W, whose -p defaults to {ranks})"
+        )
+    raise ProfileError(f"-p {p} does not match schedule {where!r}, which has {ranks} ranks: drop -p or use -p {ranks}")
+
+
+def parse_limit(text: str | None, problem: Profile, profile: Path | None = None) -> MemoryLimit | None:
+    """--mem-limit for this problem (None when not given). A message about the profile names the file
+    the user gave, not the `name` inside it (often the same in every file)."""
+    if text is None:
+        return None
+    shown = replace(problem, name=str(profile)) if profile is not None else problem
+    with naming({"--mem-limit": text}):
+        return parse_mem_limit(text, shown)
+
+
+@contextmanager
+def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]:
+    """Put the option in front of a library error about its value, when the message does not name it.
+
+    The library speaks of the memory limit or the placement, not of flags. `values` maps each option
+    to the value (or list of values) the user gave it. With one option and not `quoted`, every error
+    is taken to be about it (the call reads nothing else); otherwise the error is about the option
+    whose value the message quotes. Errors about no option, or about several, pass unchanged.
+    """
+    try:
+        yield
+    except ZbsearchError as exc:
+        message = str(exc)
+        if any(_mentions(message, flag.rstrip("s")) for flag in values):
+            raise
+        about = list(values) if len(values) == 1 and not quoted else [
+            flag for flag, value in values.items() if any(_mentions(message, v, whole=True) for v in _listed(value))]
+        if len(about) != 1:
+            raise
+        exc.args = (f"{about[0]}: {message}",)
+        raise
+
+
+def _listed(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def _mentions(message: str, word: str, whole: bool = False) -> bool:
+    tail = r"(?![\w.])" if whole else ""
+    return re.search(rf"(?<![\w.-]){re.escape(word)}{tail}", message) is not None
+
+
 def check_chunks(chunks: int | None) -> int | None:
-    """--chunks must be a positive integer when given."""
+    """--chunks must be a positive integer when given (the option's parser already ensures it; kept for
+    callers that pass a count from code)."""
     if chunks is not None and chunks < 1:
         raise PreconditionError(f"--chunks {chunks} is not a chunk count: use 1 or more, e.g. --chunks 2")
     return chunks

@@ -3,9 +3,10 @@
 Pure functions: they read a `Timeline` (simulate.py) or a summary dict (report.summarize) and return
 strings or rich objects; printing is the caller's business. The chart scales time so that the
 makespan fills the given width; each pass shows its kind letter (the Zero Bubble paper's: F forward,
-B backward for inputs, W backward for weights, BW the fused full backward) followed by its microbatch,
-cut to the cells the pass covers. A pass too short for one cell may be hidden by its neighbour. On a
-rank that holds two or more chunks, passes of its second (fourth, ...) chunk are written in lower case.
+B backward for inputs, W backward for weights, BW the fused full backward) followed by its microbatch
+when that fits in the cells the pass covers, its kind alone when only that fits, else colour only; a
+label is never cut. A pass too short for one cell may be hidden by its neighbour. On a rank that holds
+two or more chunks, passes of its second (fourth, ...) chunk are written in lower case.
 """
 
 from __future__ import annotations
@@ -60,6 +61,29 @@ def pass_label(action: Action, odd_chunk: bool = False) -> str:
     return text.lower() if odd_chunk else text
 
 
+def kind_label(action: Action, odd_chunk: bool = False) -> str:
+    """The label without microbatch numbers: 'F', 'BW', 'F&B'."""
+    if action.kind is Kind.OVERLAP:
+        text = "&".join(a.kind.label for a in action.pair)
+    else:
+        text = action.kind.label
+    return text.lower() if odd_chunk else text
+
+
+def fitted_label(action: Action, odd_chunk: bool, width: int, next_text: str = "") -> str:
+    """What a pass drawn `width` cells wide shows: its whole label when that fits, else its kind alone,
+    else nothing (colour only). A cut label would lie ('F1' for F12). `next_text` is what the chart
+    shows right after the pass; a bare B running into a W there would read as BW, so then it is left out.
+    """
+    full = pass_label(action, odd_chunk)
+    if len(full) <= width:
+        return full
+    short = kind_label(action, odd_chunk)
+    if len(short) < width or (len(short) == width and (short[-1:] + next_text[:1]).upper() != "BW"):
+        return short
+    return ""
+
+
 def _odd(timeline: Timeline, rank: int, action: Action) -> bool:
     chunk = action.pair[0].chunk if action.kind is Kind.OVERLAP else action.chunk
     return _local_index(timeline, rank, chunk) % 2 == 1
@@ -69,7 +93,8 @@ def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
     """Per rank, `cells` (character, style) pairs: time 0..makespan scaled to the cells.
 
     A pass covers the cells from round(start * scale) to round(end * scale), at least one; a cell
-    already taken by an earlier pass of the rank keeps it. Idle cells are ('.', 'dim').
+    already taken by an earlier pass of the rank keeps it. A pass that takes no time covers none. Each
+    pass shows `fitted_label` in its cells. Idle cells are ('.', 'dim').
     """
     cells = max(1, cells)
     total = timeline.makespan
@@ -77,15 +102,25 @@ def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
     rows: list[list[tuple[str, str]]] = []
     for r, slots in enumerate(timeline.slots):
         row: list[tuple[str, str] | None] = [None] * cells
+        drawn: list[tuple[list[int], Action, bool]] = []
         for slot in slots:
+            if slot.end <= slot.start:  # nothing to draw; drawn, a zero-length I would abut its W as "BW"
+                continue
             c0 = min(cells - 1, int(round(slot.start * scale)))
             c1 = min(cells, max(c0 + 1, int(round(slot.end * scale))))
             odd = _odd(timeline, r, slot.action)
-            label = pass_label(slot.action, odd)
-            style = kind_style(slot.action.kind, odd)
             free = [c for c in range(c0, c1) if row[c] is None]
-            for k, c in enumerate(free):
-                row[c] = (label[k] if k < len(label) else " ", style)
+            for c in free:
+                row[c] = (" ", kind_style(slot.action.kind, odd))
+            if free:
+                drawn.append((free, slot.action, odd))
+        # Labels last to first, once every pass has its cells, so each knows what the chart shows after it.
+        for free, action, odd in reversed(drawn):
+            after = free[-1] + 1
+            next_cell = row[after] if after < cells else None
+            label = fitted_label(action, odd, len(free), next_cell[0] if next_cell is not None else "")
+            for c, ch in zip(free, label):
+                row[c] = (ch, row[c][1])  # type: ignore[index]
         rows.append([cell if cell is not None else (IDLE, "dim") for cell in row])
     return rows
 
@@ -196,34 +231,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-class SolveProgress:
-    """A live line while the solver runs: elapsed time, incumbent, bound and gap. Silent when disabled
-    (--json, or output that is not a terminal), so scripts get only the final answer."""
-
-    def __init__(self, console: Any, enabled: bool):
-        from rich.live import Live
-
-        self._console = console
-        self._live = Live(Text("searching..."), console=console, transient=True, refresh_per_second=4) if enabled else None
-
-    def __enter__(self) -> "SolveProgress":
-        if self._live is not None:
-            self._live.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._live is not None:
-            self._live.__exit__(*exc)
-
-    def update(self, event: Any) -> None:
-        if self._live is None:
-            return
-        gap = 0.0 if event.incumbent <= 0 else max(0.0, (event.incumbent - event.bound) / event.incumbent)
-        self._live.update(Text.assemble(
-            (f"{event.elapsed:6.1f}s ", "dim"), (f"{event.phase:10s} ", "bold"),
-            f"incumbent {fmt_number(event.incumbent)}  bound {fmt_number(event.bound)}  ",
-            (f"gap {gap:.2%}", "green" if gap < 0.01 else "yellow"),
-        ))
+def search_status(event: Any) -> str:
+    """One line on a running search (a search.solve.Progress event): phase, incumbent, bound and gap."""
+    gap = 0.0 if event.incumbent <= 0 else max(0.0, (event.incumbent - event.bound) / event.incumbent)
+    return (f"{event.phase}: incumbent {fmt_number(event.incumbent)}  bound {fmt_number(event.bound)}  "
+            f"gap {gap:.2%}")
 
 
 def solve_headline(summary: dict[str, Any]) -> Text:
