@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -144,11 +145,11 @@ def baseline(
     summary = summarize(report.timeline, limit, valid=report.ok, memory_curve=memory_curve)
     reason = _reason(report, schedule.name)
     if reason:
-        summary["reason"] = reason
+        summary = replace(summary, reason=reason)
     elif output is not None:
         schedule.save(output)
     if json_out:
-        _print_json(summary)
+        _print_json(summary.to_dict())
     else:
         out = _stdout()
         out.print(summary_table(summary))
@@ -260,7 +261,7 @@ def solve(
     with render.SolveProgress(out, enabled=live) as progress:
         result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
                                          progress=progress.update)
-    summary = result.report()
+    report = result.report()
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
@@ -268,11 +269,11 @@ def solve(
 
         export(result.schedule, "torch-csv", export_torch)
     if json_out:
-        _print_json(summary)
+        _print_json(report.to_dict())
         return
-    out.print(summary_table(summary))
-    out.print(headline(summary))
-    out.print(render.solve_headline(summary))
+    out.print(summary_table(report.summary))
+    out.print(headline(report.summary))
+    out.print(render.solve_headline(report))
     if output is not None:
         out.print(f"wrote {output}")
     if export_torch is not None:

@@ -38,7 +38,7 @@ from ..core.memory import parse_mem_limit
 from ..core.problem import OBJECTIVES, make_problems
 from ..core.profile import Profile
 from ..report.render import fmt_number
-from ..sim.summary import summarize
+from ..sim.summary import Summary, summarize
 from ..schedules import REGISTRY, generate
 from ..sim.simulate import Timeline
 from ..sim.validate import check, memory_problems
@@ -112,15 +112,15 @@ class Comparison:
 
 # -- building rows ------------------------------------------------------------------------------
 
-def _row(summary: dict[str, Any], timeline: Timeline, *, name: str, source: str, limit: str, objective: str,
+def _row(summary: Summary, timeline: Timeline, *, name: str, source: str, limit: str, objective: str,
          within: bool, note: str = "", extra: dict[str, Any] | None = None) -> Row:
     extra = extra or {}
     return Row(
-        schedule=name, source=source, microbatches=summary["microbatches"], mem_limit=limit, objective=objective,
-        bubble_rate=summary[f"bubble_rate_{objective}"], bubble_rate_makespan=summary["bubble_rate_makespan"],
-        bubble_rate_span=summary["bubble_rate_span"], makespan=summary["makespan"], span=summary["span"],
-        peak_memory_per_rank=list(summary["peak_memory_per_rank"]), within_limit=within,
-        placement=summary["placement"], note=note, timeline=timeline, **extra,
+        schedule=name, source=source, microbatches=summary.microbatches, mem_limit=limit, objective=objective,
+        bubble_rate=summary.bubble_rate(objective), bubble_rate_makespan=summary.bubble_rate_makespan,
+        bubble_rate_span=summary.bubble_rate_span, makespan=summary.makespan, span=summary.span,
+        peak_memory_per_rank=list(summary.peak_memory_per_rank), within_limit=within,
+        placement=summary.placement, note=note, timeline=timeline, **extra,
     )
 
 
@@ -177,12 +177,12 @@ def solved_row(profile: Profile, limit: str, objective: str, *, placement: str =
     problems = make_problems(profile, limit, objective, placement, search.AUTO_PLACEMENTS)
     result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed)
     rep = result.report()
-    start = rep["start_heuristic"]
+    start = rep.start_heuristic
     note = f"improved on {start}" if result.schedule.name == "zbsearch" else f"same as {start}"
-    return _row(rep, result.timeline, name="zbsearch", source="zbsearch", limit=limit, objective=objective,
+    return _row(rep.summary, result.timeline, name="zbsearch", source="zbsearch", limit=limit, objective=objective,
                 within=True, note=note, extra={
-                    "solve_seconds": rep["solve_seconds"], "gap": rep["gap"], "status": rep["status"],
-                    "bubble_rate_lower_bound": rep["bubble_rate_lower_bound"]})
+                    "solve_seconds": rep.solve_seconds, "gap": rep.gap, "status": rep.status,
+                    "bubble_rate_lower_bound": rep.bubble_rate_lower_bound})
 
 
 def _select(schedules: str | Sequence[str], with_torch: bool | None) -> tuple[list[str], list[str]]:
