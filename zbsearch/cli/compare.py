@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core.errors import ProfileError, ZbsearchError
+from ..core.errors import PlanError, ProfileError, ZbsearchError
 from .options import (
     OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
     StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, check_chunks, load_problem,
@@ -53,6 +53,10 @@ TitleOpt = Annotated[Optional[str], typer.Option(
     "--title", metavar="TEXT", rich_help_panel=OUTPUT_PANEL,
     help="Chart title. Default: the schedule's name, bubble rate, makespan and peak memory.",
 )]
+
+# compare()'s parameters, as this command's options (for its errors).
+COMPARE_FLAGS = {"objective": "--objective", "schedules": "--schedules", "limits": "--mem-limits",
+                 "figure format": "--figures"}
 
 
 def parse_counts(text: str) -> list[int]:
@@ -126,9 +130,9 @@ def compare_command(
     limits = parse_list(mem_limits, "--mem-limits")
     formats = parse_figures(figures)
     if formats:
-        from ..report.plot import _matplotlib
+        from ..report.plot import require_matplotlib
 
-        _matplotlib()  # say it is missing before the long part
+        require_matplotlib()  # say it is missing before the long part
     err = Console(stderr=True)
     bar = Progress(TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("{task.description}"), console=err, transient=True, disable=not err.is_terminal)
@@ -138,10 +142,13 @@ def compare_command(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label)
 
-        comp = cmp.compare(
-            prof, microbatches=ms, limits=limits, schedules=schedules, objective=objective, time_limit=time_limit,
-            placement=placement, chunks=check_chunks(chunks), with_torch=False if no_torch else None,
-            workers=workers, seed=seed, progress=progress)
+        try:
+            comp = cmp.compare(
+                prof, microbatches=ms, limits=limits, schedules=schedules, objective=objective,
+                time_limit=time_limit, placement=placement, chunks=check_chunks(chunks),
+                with_torch=False if no_torch else None, workers=workers, seed=seed, progress=progress)
+        except cmp.CompareInputError as exc:
+            raise PlanError(f"{COMPARE_FLAGS[exc.parameter]}{exc.problem}") from None
     comp.command = "zbsearch " + " ".join(_quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     written = cmp.write(comp, output, formats)
     out = Console(highlight=False, soft_wrap=True)
@@ -153,8 +160,8 @@ def compare_command(
                 best = fits[0]
                 out.print(f"m={mm} {limit}: best {best.schedule} ({best.placement}) bubble {best.bubble_rate:.2%}; "
                           f"{len(fits)} of {len(rows)} schedules fit")
-    for m_, name, why in comp.skipped:
-        out.print(f"skipped at m={m_}: {name}: {why}")
+    for skip in comp.skipped:
+        out.print(f"skipped at m={skip.microbatches}: {skip.schedule}: {skip.reason}")
     for path in written:
         out.print(f"wrote {path}")
 
