@@ -26,6 +26,7 @@ per microbatch count). This module re-exports the names of rows.py, tables.py an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -192,7 +193,7 @@ def _checked_limits(profile: Profile, limits: Sequence[str], objective: str) -> 
 
 def _rows_at(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skipped]) -> list[Row]:
     """Every row at the profile's microbatch count, grouped by limit."""
-    fixed = _handcrafted_rows(prof, plan, steps, skipped) + _torch_rows(prof, plan, steps, skipped)
+    fixed = _fixed_rows(prof, plan, steps, skipped)
     solved = _solved_rows(prof, plan, steps, skipped) if plan.solve else []
     rows: list[Row] = []
     for text in plan.limits:
@@ -204,31 +205,26 @@ def _rows_at(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skipped]) 
     return rows
 
 
-def _handcrafted_rows(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skipped]) -> list[Row]:
+# What leaves a fixed schedule out of the tables (listed, with the reason) rather than stopping the
+# comparison: a handcrafted schedule not defined for this p and m; a torch order zbsearch cannot
+# import or that fails validation. Anything else wrong with a handcrafted schedule is a bug and stops.
+_SKIPPED_WHEN = {"handcrafted": PreconditionError, "torch": ScheduleError}
+
+
+def _fixed_rows(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skipped]) -> list[Row]:
+    """The rows of every handcrafted schedule, then of every torch order, at each limit."""
     m = prof.microbatches
+    wanted = [(name, display_name(name, plan.chunks), "handcrafted",
+               partial(handcrafted_schedule, name, prof, plan.chunks)) for name in plan.handcrafted]
+    wanted += [(f"torch:{name}", f"torch:{name}", "torch", partial(torch_schedule, name, prof))
+               for name in plan.torch]
     rows: list[Row] = []
-    for name in plan.handcrafted:
-        steps(f"m={m} {name}")
-        shown = display_name(name, plan.chunks)
+    for label, shown, source, make in wanted:
+        steps(f"m={m} {label}")
         try:
-            sched = handcrafted_schedule(name, prof, plan.chunks)
-        except PreconditionError as exc:
+            rows += fixed_rows(make(), prof, plan.limits, plan.objective, name=shown, source=source)
+        except _SKIPPED_WHEN[source] as exc:
             skipped.append(Skipped(m, shown, str(exc)))
-            continue
-        rows += fixed_rows(sched, prof, plan.limits, plan.objective, name=shown, source="handcrafted")
-    return rows
-
-
-def _torch_rows(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skipped]) -> list[Row]:
-    m = prof.microbatches
-    rows: list[Row] = []
-    for name in plan.torch:
-        steps(f"m={m} torch:{name}")
-        try:
-            sched = torch_schedule(name, prof)
-            rows += fixed_rows(sched, prof, plan.limits, plan.objective, name=f"torch:{name}", source="torch")
-        except ScheduleError as exc:
-            skipped.append(Skipped(m, f"torch:{name}", str(exc)))
     return rows
 
 
