@@ -71,16 +71,15 @@ def run_one(profile: Profile, limit: str, objective: str, time_limit: float, pla
     wall = time.monotonic() - t0
     problem = result.problem
     rep = result.report()
-    key = f"bubble_rate_{objective}"
-    heur_tl_rate = 1 - sum(rep["work_per_rank"]) / (problem.num_ranks * result.heuristic_objective)
+    heur_tl_rate = 1 - sum(rep.summary.work_per_rank) / (problem.num_ranks * result.heuristic_objective)
     return {
         "profile": profile.name, "p": profile.num_stages, "m": profile.microbatches, "limit": limit,
         "objective": objective, "handcrafted": handcrafted_rows(profile, limit, objective),
         "best_heuristic": result.start_heuristic, "heuristic_bubble": heur_tl_rate,
-        "zbsearch_bubble": rep[key], "bound_bubble": rep["bubble_rate_lower_bound"], "gap": rep["gap"],
-        "status": rep["status"], "wall_s": wall, "cpsat": rep.get("cpsat_status"),
-        "peak_memory": max(rep["peak_memory_per_rank"]),
-        "placement": rep["placement"],
+        "zbsearch_bubble": rep.summary.bubble_rate(objective), "bound_bubble": rep.bubble_rate_lower_bound,
+        "gap": rep.gap, "status": rep.status, "wall_s": wall, "cpsat": rep.cpsat_status,
+        "peak_memory": rep.summary.peak_memory,
+        "placement": rep.summary.placement,
     }
 
 

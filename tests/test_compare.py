@@ -123,7 +123,7 @@ def test_span_objective_ranks_by_span() -> None:
 def test_precondition_failures_are_listed_not_fatal() -> None:
     comp = cmp.compare(uniform_profile(1, 1, 1, p=3, m=4), limits=["1p"], schedules="dualpipe,1f1b", solve=False)
     assert [r.schedule for r in comp.rows] == ["1f1b"]
-    assert comp.skipped and comp.skipped[0][1] == "dualpipe"
+    assert comp.skipped and comp.skipped[0].schedule == "dualpipe"
     assert "dualpipe" in cmp.to_markdown(comp).split("## Not in the tables")[1]
 
 
@@ -131,7 +131,7 @@ def test_precondition_failures_are_listed_not_fatal() -> None:
     (["--schedules", "zb-h9"], "unknown schedule 'zb-h9'"),
     (["-m", "8,x"], "Invalid value for '-m' / '--microbatches': '8,x'"),
     (["--mem-limits", "1q"], "--mem-limit '1q'"),
-    (["--objective", "speed"], "--objective 'speed'"),
+    (["--objective", "speed"], "--objective: objective 'speed': use one of makespan, span"),
     (["--figures", "gif"], "Invalid value for '--figures': 'gif'"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -225,13 +225,63 @@ def test_torch_builtins_are_rows_when_torch_is_installed() -> None:
     assert all(r.source == "torch" for r in comp.rows)
 
 
-def test_a_solved_row_beaten_on_its_own_placement_is_flagged() -> None:
+def test_a_solved_row_beaten_on_its_own_placement_says_so_plainly() -> None:
     comp = cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), limits=["1p"], schedules="zb-h1", solve=False)
     (fixed,) = comp.rows
-    worse = cmp.Row(**{**{k: getattr(fixed, k) for k in cmp.Row.__dataclass_fields__}, "schedule": "zbsearch",
-                       "source": "zbsearch", "makespan": fixed.makespan + 1, "note": "same as one-at-a-time"})
-    cmp._flag_if_beaten(worse, comp.rows)
-    assert "WORSE than zb-h1" in worse.note
-    equal = cmp.Row(**{**{k: getattr(fixed, k) for k in cmp.Row.__dataclass_fields__}, "note": "same as zb-h1"})
-    cmp._flag_if_beaten(equal, comp.rows)
-    assert equal.note == "same as zb-h1"
+    fields = {k: getattr(fixed, k) for k in cmp.Row.__dataclass_fields__}
+    worse = cmp.Row(**{**fields, "schedule": "zbsearch", "source": "zbsearch", "makespan": fixed.makespan + 1,
+                       "note": "same as one-at-a-time"})
+    cmp.note_if_beaten(worse, comp.rows)
+    assert worse.beaten_by == "zb-h1"
+    assert worse.note == "same as one-at-a-time; zb-h1 on the same placement does better within this limit"
+    equal = cmp.Row(**{**fields, "note": "same as zb-h1"})
+    cmp.note_if_beaten(equal, comp.rows)
+    assert equal.note == "same as zb-h1" and equal.beaten_by is None
+    other_placement = cmp.Row(**{**fields, "source": "zbsearch", "placement": "v", "makespan": fixed.makespan + 1})
+    cmp.note_if_beaten(other_placement, comp.rows)
+    assert other_placement.beaten_by is None
+
+
+@pytest.mark.parametrize("kwargs,parameter,message", [
+    ({"objective": "speed"}, "objective", "objective 'speed': use one of makespan, span"),
+    ({"limits": []}, "limits", "limits is empty: give at least one memory limit, e.g. 1p,2p"),
+    ({"schedules": "zb-h9"}, "schedules", "schedules: unknown schedule 'zb-h9': use all, handcrafted, torch, none, "
+                                          "or names from"),
+])
+def test_library_errors_name_the_parameter_not_a_flag(kwargs: dict, parameter: str, message: str) -> None:
+    with pytest.raises(cmp.CompareInputError) as info:
+        cmp.compare(uniform_profile(1, 1, 1, p=4, m=8), solve=False, **kwargs)
+    assert info.value.parameter == parameter
+    assert str(info.value).startswith(message) and "--" not in str(info.value)
+
+
+def test_skipped_schedules_are_typed() -> None:
+    comp = cmp.compare(uniform_profile(1, 1, 1, p=3, m=4), limits=["1p"], schedules="dualpipe", solve=False)
+    (skip,) = comp.skipped
+    assert (skip.microbatches, skip.schedule) == (4, "dualpipe") and skip.reason
+
+
+def _step_value(line, x: float) -> float:
+    """The value a where='post' step line takes at x."""
+    xs, ys = line.get_xdata(), line.get_ydata()
+    return [y for xi, y in zip(xs, ys) if xi <= x][-1]
+
+
+def test_pareto_frontier_is_the_best_at_or_below_each_memory() -> None:
+    """A schedule solved under a larger limit can peak lower than one solved under a smaller limit,
+    and be better: from its peak on, the frontier must show it (the issue's 16.70% drawn up to 19 M_B
+    while a 16.09% schedule sat at 14.4 M_B)."""
+    pytest.importorskip("matplotlib")
+    from zbsearch.report.plot import ParetoPoint, frontier, pareto_figure
+
+    s = "zbsearch, linear placement"
+    points = [ParetoPoint("zbsearch at 1p", 8.0, 0.30, "zbsearch", 8.0, 0.25, s),
+              ParetoPoint("zbsearch at 2p", 16.0, 0.1670, "zbsearch", 16.0, 0.15, s),
+              ParetoPoint("zbsearch at 3p", 14.4, 0.1609, "zbsearch", 24.0, 0.15, s),
+              ParetoPoint("zb-h1", 8.0, 0.1585)]
+    assert frontier(points[:3]) == ([8.0, 14.4], [0.30, 0.1609])
+    fig = pareto_figure(points, title="t", objective="makespan", p=8)
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == f"{s}: best found at or below each limit"]
+    assert _step_value(line, 8.0) == 0.30
+    assert _step_value(line, 14.4) == _step_value(line, 19.0) == _step_value(line, 24.0) == 0.1609
+    assert line.get_xdata()[-1] == pytest.approx(24.0 * 1.08)

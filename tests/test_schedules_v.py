@@ -44,11 +44,11 @@ def _run(name: str, p: int, m: int, times: tuple[float, float, float] = (1.0, 1.
 
 
 def _peaks(timeline: Timeline) -> list[float]:
-    return summarize(timeline)["peak_memory_per_rank"]
+    return summarize(timeline).peak_memory_per_rank
 
 
 def _idle(timeline: Timeline) -> list[float]:
-    return summarize(timeline)["idle_per_rank"]
+    return summarize(timeline).idle_per_rank
 
 
 def _count(schedule: Schedule, rank: int, kind: Kind) -> int:
@@ -84,10 +84,10 @@ def test_zbv_has_no_span_bubble_and_1f1b_memory(p: int, m: int, t: float) -> Non
     # m >= 2p-1: the pipeline fills, so every rank works without a gap from its first F to its last W.
     timeline = _run("zb-v", p, m, (t, t, t))
     report = summarize(timeline)
-    assert report["span"] == pytest.approx(3 * m * t)
-    assert report["bubble_rate_span"] == pytest.approx(0.0, abs=1e-12)
+    assert report.span == pytest.approx(3 * m * t)
+    assert report.bubble_rate_span == pytest.approx(0.0, abs=1e-12)
     # Rank r starts r half-stage forwards after rank 0, so the makespan adds (p-1) chunk forwards.
-    assert report["makespan"] == pytest.approx(3 * m * t + (p - 1) * t / 2)
+    assert report.makespan == pytest.approx(3 * m * t + (p - 1) * t / 2)
     assert _peaks(timeline) == pytest.approx([float(p)] * p)
 
 
@@ -95,7 +95,7 @@ def test_zbv_with_few_microbatches_drops_the_missing_ones() -> None:
     # p=4, m=3: laid out for 7 microbatches; ranks hold fewer and idle more.
     timeline = _run("zb-v", 4, 3)
     assert _peaks(timeline) == pytest.approx([2.0, 2.5, 3.0, 3.0])
-    assert summarize(timeline)["span"] == pytest.approx(13.0)
+    assert summarize(timeline).span == pytest.approx(13.0)
 
 
 def test_zbv_phases() -> None:
@@ -193,7 +193,7 @@ VSHAPE_IDLE = {("v-half", 4, 16): 3.0, ("v-half", 6, 24): 6.0, ("v-half", 8, 32)
 @pytest.mark.parametrize("name,p,m", list(VSHAPE_IDLE))
 def test_vshape_bubble(name: str, p: int, m: int) -> None:
     report = summarize(_run(name, p, m))
-    idle = report["span"] - 3 * m
+    idle = report.span - 3 * m
     assert idle == pytest.approx(VSHAPE_IDLE[(name, p, m)])
     # about half (V-Half) and two thirds (V-Min) of 1F1B's bubble
     assert idle <= {"v-half": 0.5, "v-min": 0.7}[name] * 3 * (p - 1)

@@ -84,11 +84,11 @@ def test_linear_split_metrics():
     assert tl.bubble_rate_span == pytest.approx(0.25)
     assert tl.bubble_rate(27 / 2) == pytest.approx(0.0)
     rep = summarize(tl)
-    assert rep["makespan"] == pytest.approx(19.5) and rep["span"] == pytest.approx(18)
-    assert rep["idle_per_rank"] == pytest.approx([10.5, 1.5])
-    assert rep["work_per_rank"] == pytest.approx([9, 18])
-    assert rep["span_per_rank"] == pytest.approx([15.5, 18])
-    assert rep["bubble_rate_makespan"] == pytest.approx(12 / 39)
+    assert rep.makespan == pytest.approx(19.5) and rep.span == pytest.approx(18)
+    assert rep.idle_per_rank == pytest.approx([10.5, 1.5])
+    assert rep.work_per_rank == pytest.approx([9, 18])
+    assert rep.span_per_rank == pytest.approx([15.5, 18])
+    assert rep.bubble_rate_makespan == pytest.approx(12 / 39)
 
 
 def test_linear_split_memory():
@@ -101,8 +101,8 @@ def test_linear_split_memory():
         (1.5, 6, "1F0"), (6.5, 2, "1I0"), (6.5, 8, "1F1"), (11.5, 4, "1I1"), (15.5, 2, "1W0"), (19.5, 0, "1W1")]
     assert tl.peak_memory(0) == 8 and tl.peak_memory(1) == 8
     rep = summarize(tl)
-    assert rep["peak_memory_per_rank"] == pytest.approx([8 / 4, 8 / 6])
-    assert rep["peak_memory_bytes_per_rank"] is None
+    assert rep.peak_memory_per_rank == pytest.approx([8 / 4, 8 / 6])
+    assert rep.peak_memory_bytes_per_rank is None
 
 
 def test_comm_zero_and_no_comm_links():
@@ -174,7 +174,7 @@ def test_interleaved_wraparound_hop_pays_comm():
     assert tl.makespan == pytest.approx(55)
     # Each chunk-F allocates half the stage's default mem_B (1.0): rank 0 holds 4 halves at most.
     assert tl.peak_memory(0) == pytest.approx(2.0)
-    assert summarize(tl)["peak_memory_per_rank"] == pytest.approx([2.0, 2.0, 2.0])
+    assert summarize(tl).peak_memory_per_rank == pytest.approx([2.0, 2.0, 2.0])
     assert all(level == pytest.approx(0) for level in (tl.memory[r][-1][1] for r in range(3)))
 
 
@@ -229,7 +229,7 @@ def test_vshape_memory_counts_half_stages():
         (12.5, 14, "2I0"), (15.5, 12, "1I0"), (18.5, 10, "2I1"), (21.5, 8, "1I1"),
         (23.5, 6, "2W0"), (25.5, 4, "1W0"), (27.5, 2, "2W1"), (29.5, 0, "1W1")]
     rep = summarize(tl)
-    assert rep["peak_memory_per_rank"] == pytest.approx([7 / 4, 16 / 8])
+    assert rep.peak_memory_per_rank == pytest.approx([7 / 4, 16 / 8])
 
 
 def test_per_chunk_profile_costs_are_used():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -120,11 +121,11 @@ def baseline(
     summary = summarize(report.timeline, limit, valid=report.ok, memory_curve=memory_curve)
     reason = _reason(report, schedule.name)
     if reason:
-        summary["reason"] = reason
+        summary = replace(summary, reason=reason)
     elif output is not None:
         schedule.save(output)
     if json_out:
-        _print_json(summary)
+        _print_json(summary.to_dict())
     else:
         out = stdout_console()
         out.print(summary_table(summary))
@@ -231,7 +232,7 @@ def solve(
 
         result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
                                          progress=on_event)
-    summary = result.report()
+    report = result.report()
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
@@ -239,11 +240,11 @@ def solve(
 
         export(result.schedule, "torch-csv", export_torch)
     if json_out:
-        _print_json(summary)
+        _print_json(report.to_dict())
         return
-    out.print(summary_table(summary))
-    out.print(headline(summary))
-    out.print(render.solve_headline(summary))
+    out.print(summary_table(report.summary))
+    out.print(headline(report.summary))
+    out.print(render.solve_headline(report))
     if output is not None:
         out.print(f"wrote {output}")
     if export_torch is not None:

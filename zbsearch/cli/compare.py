@@ -97,9 +97,9 @@ def compare_command(
     for limit in mem_limits:
         parse_limit(limit, prof, profile)  # a limit that does not apply is reported naming the profile file
     if figures:
-        from ..report.plot import _matplotlib
+        from ..report.plot import require_matplotlib
 
-        _matplotlib()  # say it is missing before the long part
+        require_matplotlib()  # say it is missing before the long part
     options = {"--mem-limits": mem_limits, "--schedules": schedules, "--objective": objective, "--placement": placement}
     with progress_bar("compare") as progress, naming(options):
         comp = cmp.compare(
@@ -117,8 +117,8 @@ def compare_command(
                 best = fits[0]
                 out.print(f"m={mm} {limit}: best {best.schedule} ({best.placement}) bubble {best.bubble_rate:.2%}; "
                           f"{len(fits)} of {len(rows)} schedules fit")
-    for m_, name, why in comp.skipped:
-        out.print(f"skipped at m={m_}: {name}: {why}")
+    for skip in comp.skipped:
+        out.print(f"skipped at m={skip.microbatches}: {skip.schedule}: {skip.reason}")
     for path in written:
         out.print(f"wrote {path}")
 

@@ -1,6 +1,6 @@
 """Terminal views of a schedule: a per-rank table and a Gantt chart, as rich renderables or plain text.
 
-Pure functions: they read a `Timeline` (simulate.py) or a summary dict (report.summarize) and return
+Pure functions: they read a `Timeline` (simulate.py) or a `Summary` (sim/summary.py) and return
 strings or rich objects; printing is the caller's business. The chart scales time so that the
 makespan fills the given width; each pass shows its kind letter (the Zero Bubble paper's: F forward,
 B backward for inputs, W backward for weights, BW the fused full backward) followed by its microbatch
@@ -11,7 +11,7 @@ two or more chunks, passes of its second (fourth, ...) chunk are written in lowe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
@@ -19,6 +19,10 @@ from rich.text import Text
 
 from ..core.ir import Action, Kind
 from ..sim.simulate import Timeline
+
+if TYPE_CHECKING:
+    from ..search.solve_report import SolveReport
+    from ..sim.summary import Summary
 
 IDLE = "."
 LABEL_WIDTH = 4  # "r12 "
@@ -188,44 +192,44 @@ def fmt_number(x: float) -> str:
 _num = fmt_number
 
 
-def headline(summary: dict[str, Any]) -> str:
+def headline(summary: Summary) -> str:
     """One line: schedule, sizes, makespan, span and both bubble rates, validity."""
-    unit = summary.get("time_unit", "")
-    status = "valid" if summary.get("valid", True) else "INVALID"
-    limit = f" mem-limit {summary['mem_limit']}" if summary.get("mem_limit") else ""
+    unit = summary.time_unit
+    status = "valid" if summary.valid else "INVALID"
+    limit = f" mem-limit {summary.mem_limit}" if summary.mem_limit else ""
     return (
-        f"{summary['schedule']} ({summary['placement']}) on {summary['profile']}: "
-        f"p={summary['ranks']} stages={summary['stages']} m={summary['microbatches']}; "
-        f"makespan {_num(summary['makespan'])} {unit}, span {_num(summary['span'])} {unit}; "
-        f"bubble {_pct(summary['bubble_rate_makespan'])} (makespan), "
-        f"{_pct(summary['bubble_rate_span'])} (span);{limit} {status}"
+        f"{summary.schedule} ({summary.placement}) on {summary.profile}: "
+        f"p={summary.ranks} stages={summary.stages} m={summary.microbatches}; "
+        f"makespan {_num(summary.makespan)} {unit}, span {_num(summary.span)} {unit}; "
+        f"bubble {_pct(summary.bubble_rate_makespan)} (makespan), "
+        f"{_pct(summary.bubble_rate_span)} (span);{limit} {status}"
     )
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
+def summary_table(summary: Summary) -> Table:
     """Per-rank work, idle time, span and peak activation memory, with the totals as caption."""
-    unit = summary.get("time_unit", "")
-    table = Table(title=f"{summary['schedule']} on {summary['profile']}", title_justify="left")
+    unit = summary.time_unit
+    table = Table(title=f"{summary.schedule} on {summary.profile}", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column(f"work ({unit})", justify="right")
     table.add_column(f"idle ({unit})", justify="right")
     table.add_column(f"span ({unit})", justify="right")
     table.add_column("peak mem (x M_B)", justify="right")
-    by_bytes = summary.get("peak_memory_bytes_per_rank")
+    by_bytes = summary.peak_memory_bytes_per_rank
     if by_bytes is not None:
         table.add_column("peak mem (GiB)", justify="right")
-    for r in range(summary["ranks"]):
+    for r in range(summary.ranks):
         row = [
-            str(r), _num(summary["work_per_rank"][r]), _num(summary["idle_per_rank"][r]),
-            _num(summary["span_per_rank"][r]), f"{summary['peak_memory_per_rank'][r]:.4g}",
+            str(r), _num(summary.work_per_rank[r]), _num(summary.idle_per_rank[r]),
+            _num(summary.span_per_rank[r]), f"{summary.peak_memory_per_rank[r]:.4g}",
         ]
         if by_bytes is not None:
             row.append(f"{by_bytes[r] / 2**30:.3f}")
         table.add_row(*row)
     table.caption = (
-        f"makespan {_num(summary['makespan'])} {unit}, span {_num(summary['span'])} {unit}; "
-        f"bubble rate {_pct(summary['bubble_rate_makespan'])} of makespan, "
-        f"{_pct(summary['bubble_rate_span'])} of span"
+        f"makespan {_num(summary.makespan)} {unit}, span {_num(summary.span)} {unit}; "
+        f"bubble rate {_pct(summary.bubble_rate_makespan)} of makespan, "
+        f"{_pct(summary.bubble_rate_span)} of span"
     )
     table.caption_justify = "left"
     return table
@@ -238,12 +242,12 @@ def search_status(event: Any) -> str:
             f"gap {gap:.2%}")
 
 
-def solve_headline(summary: dict[str, Any]) -> Text:
+def solve_headline(report: SolveReport) -> Text:
     """One line on what the search proved: status, bound, gap, time and where it started from."""
     return Text.assemble(
-        ("search: ", "bold"), (summary["status"], "green" if summary["status"] == "optimal" else "yellow"),
-        f"  {summary['objective']} {fmt_number(summary['objective_value'])}",
-        f"  lower bound {fmt_number(summary['lower_bound'])} (bubble >= {summary['bubble_rate_lower_bound']:.4f})",
-        f"  gap {summary['gap']:.2%}  in {summary['solve_seconds']:.1f}s",
-        f"  from {summary['start_heuristic']} ({fmt_number(summary['heuristic_objective'])})",
+        ("search: ", "bold"), (report.status, "green" if report.status == "optimal" else "yellow"),
+        f"  {report.objective} {fmt_number(report.objective_value)}",
+        f"  lower bound {fmt_number(report.lower_bound)} (bubble >= {report.bubble_rate_lower_bound:.4f})",
+        f"  gap {report.gap:.2%}  in {report.solve_seconds:.1f}s",
+        f"  from {report.start_heuristic} ({fmt_number(report.heuristic_objective)})",
     )

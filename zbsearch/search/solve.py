@@ -17,6 +17,7 @@ from ..core.errors import InfeasibleError, ZbsearchError
 from ..core.ir import Action, Kind, Schedule, build
 from ..core.problem import Problem, on_grid
 from ..sim.summary import summarize
+from .solve_report import SolveReport
 from ..sim.simulate import Timeline, simulate
 from ..sim.validate import check
 
@@ -61,24 +62,24 @@ class SolveResult:
     def gap(self) -> float:
         return 0.0 if self.objective <= 0 else max(0.0, (self.objective - self.lower_bound) / self.objective)
 
-    def report(self) -> dict[str, Any]:
-        out = summarize(self.timeline, self.problem.limit)
-        work = sum(out["work_per_rank"])
+    def report(self) -> SolveReport:
+        summary = summarize(self.timeline, self.problem.limit)
+        work = sum(summary.work_per_rank)
         p = self.problem.num_ranks
-        out.update({
-            "objective": self.problem.objective,
-            "objective_value": self.objective,
-            "lower_bound": self.lower_bound,
+        return SolveReport(
+            summary=summary,
+            objective=self.problem.objective,
+            objective_value=self.objective,
+            lower_bound=self.lower_bound,
             # The bubble rate no schedule can beat, under the chosen objective.
-            "bubble_rate_lower_bound": max(0.0, 1 - work / (p * self.lower_bound)) if self.lower_bound > 0 else 0.0,
-            "gap": self.gap,
-            "status": self.status,
-            "solve_seconds": self.solve_seconds,
-            "start_heuristic": self.start_heuristic,
-            "heuristic_objective": self.heuristic_objective,
-            **self.details,
-        })
-        return out
+            bubble_rate_lower_bound=max(0.0, 1 - work / (p * self.lower_bound)) if self.lower_bound > 0 else 0.0,
+            gap=self.gap,
+            status=self.status,
+            solve_seconds=self.solve_seconds,
+            start_heuristic=self.start_heuristic,
+            heuristic_objective=self.heuristic_objective,
+            details=dict(self.details),
+        )
 
 
 def objective_of(timeline: Timeline, objective: str) -> float:

@@ -1,44 +1,99 @@
-"""What a schedule costs on a profile, as plain data (the CLI's --json and every table read this)."""
+"""What a schedule costs on a profile, as a typed record (the CLI's --json and every table read this).
+
+Times are in the profile's time unit. Memory per rank is in units of that rank's whole-stage mem_B (a
+chunk of a 2-chunk schedule holding one microbatch counts 0.5); `peak_memory_bytes_per_rank` is set
+only when the profile's memory is in bytes.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..core.memory import MemoryLimit
 from .simulate import Timeline
 
+# Written by to_dict only when set, after every other key (the JSON has them only when asked for).
+_OPTIONAL_KEYS = ("memory_curve_per_rank", "reason")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One schedule simulated on one profile. `to_dict()` is the JSON object, key for key."""
+
+    schedule: str
+    placement: str
+    ranks: int
+    stages: int
+    microbatches: int
+    profile: str
+    time_unit: str
+    makespan: float
+    span: float
+    bubble_rate_makespan: float
+    bubble_rate_span: float
+    work_per_rank: list[float]
+    idle_per_rank: list[float]
+    span_per_rank: list[float]
+    peak_memory_per_rank: list[float]
+    peak_memory_bytes_per_rank: list[float] | None
+    mem_limit: str | None  # the limit as the user wrote it; None when none was checked
+    valid: bool
+    # Each rank's activation memory over time as [time, level] points, one per change (stage units).
+    memory_curve_per_rank: list[list[list[float]]] | None = None
+    reason: str | None = None  # why the schedule is not valid, when it is not
+
+    @property
+    def peak_memory(self) -> float:
+        """The busiest rank's peak, in multiples of its stage mem_B."""
+        return max(self.peak_memory_per_rank)
+
+    def bubble_rate(self, objective: str) -> float:
+        """The bubble rate under `objective` (makespan or span)."""
+        return self.bubble_rate_makespan if objective == "makespan" else self.bubble_rate_span
+
+    def cost(self, objective: str) -> float:
+        """The makespan or the span, as `objective` says."""
+        return self.makespan if objective == "makespan" else self.span
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict: every field in order, the optional ones only when set."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OPTIONAL_KEYS}
+        for key in _OPTIONAL_KEYS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
 
 def summarize(
     timeline: Timeline, limit: MemoryLimit | None = None, valid: bool = True, memory_curve: bool = False,
-) -> dict[str, Any]:
-    """One JSON-ready dict per schedule. Memory per rank is in units of that rank's whole-stage mem_B
-    (a chunk of a 2-chunk schedule holding one microbatch counts 0.5). With `memory_curve`, it adds
-    each rank's activation memory over time as [time, level] points (same units), one per change."""
+) -> Summary:
+    """The summary of a simulated schedule. With `memory_curve`, it adds each rank's activation memory
+    over time as [time, level] points (stage units), one per change."""
     schedule, profile = timeline.schedule, timeline.profile
     p = timeline.num_ranks
     peak = [timeline.peak_memory(r) for r in range(p)]
-    out: dict[str, Any] = {
-        "schedule": schedule.name,
-        "placement": schedule.placement.name,
-        "ranks": p,
-        "stages": schedule.placement.num_chunks,
-        "microbatches": schedule.num_microbatches,
-        "profile": profile.name,
-        "time_unit": profile.time_unit,
-        "makespan": timeline.makespan,
-        "span": timeline.span,
-        "bubble_rate_makespan": timeline.bubble_rate_makespan,
-        "bubble_rate_span": timeline.bubble_rate_span,
-        "work_per_rank": [timeline.work(r) for r in range(p)],
-        "idle_per_rank": [timeline.makespan - timeline.work(r) for r in range(p)],
-        "span_per_rank": [timeline.span_of(r) for r in range(p)],
-        "peak_memory_per_rank": [peak[r] / profile.stage_mem_B(r) for r in range(p)],
-        "peak_memory_bytes_per_rank": peak if profile.memory_unit == "bytes" else None,
-        "mem_limit": None if limit is None else limit.text,
-        "valid": valid,
-    }
+    curve = None
     if memory_curve:
-        out["memory_curve_per_rank"] = [
-            [[t, level / profile.stage_mem_B(r)] for t, level, _ in timeline.memory[r]] for r in range(p)
-        ]
-    return out
+        curve = [[[t, level / profile.stage_mem_B(r)] for t, level, _ in timeline.memory[r]] for r in range(p)]
+    return Summary(
+        schedule=schedule.name,
+        placement=schedule.placement.name,
+        ranks=p,
+        stages=schedule.placement.num_chunks,
+        microbatches=schedule.num_microbatches,
+        profile=profile.name,
+        time_unit=profile.time_unit,
+        makespan=timeline.makespan,
+        span=timeline.span,
+        bubble_rate_makespan=timeline.bubble_rate_makespan,
+        bubble_rate_span=timeline.bubble_rate_span,
+        work_per_rank=[timeline.work(r) for r in range(p)],
+        idle_per_rank=[timeline.makespan - timeline.work(r) for r in range(p)],
+        span_per_rank=[timeline.span_of(r) for r in range(p)],
+        peak_memory_per_rank=[peak[r] / profile.stage_mem_B(r) for r in range(p)],
+        peak_memory_bytes_per_rank=peak if profile.memory_unit == "bytes" else None,
+        mem_limit=None if limit is None else limit.text,
+        valid=valid,
+        memory_curve_per_rank=curve,
+    )
