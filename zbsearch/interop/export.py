@@ -92,7 +92,7 @@ def torch_lowered(schedule: Schedule) -> list[list[Any]]:
     """Per rank, torch's `_Action`s after torch's own lowering (the same passes, in the same order, as
     `_PipelineScheduleRuntime._prepare_schedule_with_comms(..., format="compute_only")`).
 
-    Raises ZbsearchError without torch, ScheduleError when torch refuses the order.
+    Raises DependencyError without torch, ScheduleError when torch refuses the order.
     """
     from .torch_import import torch_schedules
 
