@@ -153,9 +153,15 @@ def _unit_size(unit: str, profile: Profile, p: int, rank: int) -> float:
 
 def _amount(x: float, unit: str, up: bool) -> str:
     """`x` units as a user would write them: 4 significant digits for multiples of p, 3 for sizes,
-    whole bytes for plain bytes; rounded up (`up`) when it is a minimum the user will type back."""
+    whole bytes for plain bytes; rounded up (`up`) when it is a minimum the user will type back.
+
+    >>> _amount(4.0601, "GiB", up=True), _amount(1 / 3, "p", up=True), _amount(1 / 3, "p", up=False)
+    ('4.07 GiB', '0.3334p', '0.3333p')
+    >>> _amount(3135.2, "MB", up=True), _amount(2**31 + 0.5, "bytes", up=True)
+    ('3136 MB', '2147483649 bytes')
+    """
     if unit == "bytes":
-        return f"{math.ceil(x * (1 - _RTOL)) if up else round(x)} bytes"
+        return f"{math.ceil(x) if up else round(x)} bytes"
     digits = 4 if unit == P_UNIT else 3
     decimals = max(0, digits - 1 - math.floor(math.log10(x))) if x > 0 else 0
     if up:

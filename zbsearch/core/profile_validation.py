@@ -44,7 +44,13 @@ def _validator() -> Any:
 
 
 def where(path: Iterable[Any]) -> str:
-    """`stages[0].F` from the path ["stages", 0, "F"]."""
+    """A field's name as messages write it.
+
+    >>> where(["stages", 0, "F"])
+    'stages[0].F'
+    >>> where(["source", "kind"])
+    'source.kind'
+    """
     out = ""
     for key in path:
         out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
