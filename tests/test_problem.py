@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from zbsearch.core.errors import InfeasibleError, ZbsearchError
+from zbsearch.core.errors import InfeasibleError, ProfileError, ZbsearchError
 from zbsearch.core.ir import Action, Kind, interleaved, linear, vshape
 from zbsearch.core.memory import no_limit, parse_mem_limit
 from zbsearch.core.problem import OBJECTIVES, Problem, make_problem, make_problems, on_grid, parse_placement
@@ -56,8 +56,10 @@ def test_objective_must_be_known() -> None:
 
 def test_placement_and_profile_must_have_as_many_ranks_as_stages() -> None:
     prof = uniform_profile(1, 1, 1, p=2, m=2)
-    with pytest.raises(ZbsearchError, match="placement has 3 ranks but the profile has 2 stages"):
+    with pytest.raises(ProfileError) as err:
         Problem(prof, linear(3), 2, no_limit(prof))
+    assert str(err.value) == (f"profile {prof.label} has 2 stages but placement 'linear' has 3 ranks: use a profile "
+                              "with one stage per rank")
 
 
 def test_make_problem_reads_the_strings_users_type() -> None:
