@@ -115,8 +115,8 @@ def infeasible(profile: Profile, text: str, placement=None) -> str:
 def test_a_byte_limit_names_the_rank_that_needs_the_most_in_gib(text: str, gives: str) -> None:
     assert infeasible(ISSUE, text) == (
         f"memory limit {text} is infeasible: one microbatch in flight needs at least 4.06 GiB on rank 7 (the most "
-        f"of any rank), but the limit gives it {gives}; the minimum is 4.06 GiB per rank: raise the limit to at "
-        "least that")
+        f"of any rank), but the limit gives it {gives}; the minimum is 4.06 GiB per rank (the smallest feasible "
+        "limit): raise the limit to at least that")
 
 
 def test_the_stated_minimum_fits() -> None:
@@ -136,7 +136,7 @@ def test_the_minimum_is_in_the_unit_the_limit_was_written_in(text: str, minimum:
         check_feasible(ISSUE, linear(8), parse_mem_limit(text, ISSUE))
         return
     message = infeasible(ISSUE, text)
-    assert f"the minimum is {minimum} per rank" in message and "on rank 7" in message
+    assert f"the minimum is {minimum} per rank (the smallest feasible limit)" in message and "on rank 7" in message
     check_feasible(ISSUE, linear(8), parse_mem_limit(minimum.replace(" bytes", ""), ISSUE))
 
 
@@ -144,7 +144,8 @@ def test_the_minimum_is_in_the_unit_the_limit_was_written_in(text: str, minimum:
 def test_multiples_of_p_give_the_minimum_in_p_rounded_up(p: int, text: str, minimum: str) -> None:
     prof = uniform_profile(1, 1, 1, p=p, m=8, mem_B=2.0, mem_W=1.0)
     message = infeasible(prof, text)
-    assert message.endswith(f"the minimum is {minimum} per rank: raise the limit to at least that")
+    assert message.endswith(f"the minimum is {minimum} per rank (the smallest feasible limit): raise the limit to at "
+                            "least that")
     assert f"needs at least {minimum} on rank 0 (the most of any rank)" in message
     check_feasible(prof, linear(p), parse_mem_limit(minimum, prof))
     if minimum == "0.3334p":  # what %g would have said does not fit
@@ -155,7 +156,8 @@ def test_a_limit_short_on_one_rank_names_it_and_the_rank_that_needs_the_most() -
     prof = ranked([3 * GiB, 1 * GiB], capacity=12 * GiB, static=[5 * GiB, 11.5 * GiB])
     assert infeasible(prof, "auto") == (
         "memory limit auto is infeasible: one microbatch in flight needs at least 1 GiB on rank 1 (rank 0 needs the "
-        "most), but the limit gives it 0.5 GiB; the minimum is 3 GiB per rank: raise the limit to at least that")
+        "most), but the limit gives it 0.5 GiB; the minimum is 3 GiB per rank (the smallest feasible limit): raise the "
+        "limit to at least that")
 
 
 def test_a_v_shape_rank_needs_both_its_chunks() -> None:

@@ -140,7 +140,7 @@ def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -
         f"memory limit {limit.text} is infeasible: one microbatch in flight needs at least "
         f"{_amount(needed[rank], limit.unit, up=True)} on rank {rank} ({most}), but the limit gives it "
         f"{_amount(limit.per_rank[rank] / unit[rank], limit.unit, up=False)}; the minimum is "
-        f"{_amount(top, limit.unit, up=True)} per rank: raise the limit to at least that"
+        f"{_amount(top, limit.unit, up=True)} per rank (the smallest feasible limit): raise the limit to at least that"
     )
 
 
