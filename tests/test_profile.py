@@ -315,3 +315,13 @@ def test_schema_documents_the_loader_only_rules():
     description = profile_schema()["description"]
     for rule in ("num_stages entries", "num_stages - 1", "mem_W <= mem_B"):
         assert rule in description
+
+
+def test_remembered_verdicts_never_let_a_different_profile_through():
+    """The loader remembers what the schema accepted; a list and a tuple, or 1 and True, must not share it."""
+    ok = {"stages": [{"F": 1, "B": 1, "W": 1}], "source": {"kind": "estimated", "method": "x"}}
+    assert Profile.from_dict(copy.deepcopy(ok)) == Profile.from_dict(copy.deepcopy(ok))
+    with pytest.raises(ProfileError, match=r"field stages is \(.*\); give a list$"):
+        Profile.from_dict(dict(ok, stages=tuple(ok["stages"])))
+    with pytest.raises(ProfileError, match=r"field stages\[0\]\.F is True; give a number$"):
+        Profile.from_dict(dict(ok, stages=[{"F": True, "B": 1, "W": 1}]))
