@@ -246,9 +246,40 @@ def test_chrome_trace_has_one_event_per_pass_at_the_simulated_times(name, p, m, 
     assert got == expected
     colours = {}
     for e in events:
-        assert e["name"] in ("F", "B", "W", "BW")
-        assert e["args"]["microbatch"] == int(e["args"]["action"].split(e["cat"])[-1])
-        assert colours.setdefault(e["name"], e["cname"]) == e["cname"]
+        a = Action.parse(e["name"])   # named as torch names the action: 0F3, 1I0, 2W3, 3B0
+        assert e["name"] == e["args"]["action"] == str(a)
+        assert (e["cat"], e["args"]["kind"], e["args"]["chunk"], e["args"]["microbatch"]) == \
+            (a.kind.value, a.kind.label, a.chunk, a.microbatch)
+        assert colours.setdefault(e["cat"], e["cname"]) == e["cname"]
+    for r in range(p):
+        assert [e["name"] for e in events if e["tid"] == r] == [str(a) for a in schedule.passes(r)]
+
+
+def test_chrome_trace_names_events_like_torch() -> None:
+    schedule = generate("1f1b", 2, 2)
+    trace = chrome_trace(simulate(schedule, uniform_profile(1, 2, 1, p=2, m=2)))
+    names = [[e["name"] for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == r] for r in range(2)]
+    assert names == [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    assert torch_csv(schedule) == "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+
+
+@pytest.mark.parametrize("name, p, m", [("zb-h1", 4, 8), ("zb-v", 2, 4), ("dualpipev", 2, 4), ("1f1b", 3, 6)])
+def test_chrome_trace_has_a_memory_counter_per_rank(name: str, p: int, m: int) -> None:
+    schedule = generate(name, p, m)
+    profile = replace(uniform_profile(1, 2, 1, 0.1, p=p, m=m, mem_B=2.0, mem_W=0.5), time_unit="ms")
+    timeline = simulate(schedule, profile)
+    trace = chrome_trace(timeline)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert {e["name"] for e in counters} == {f"memory rank {r}" for r in range(p)}
+    assert trace["otherData"]["memory_unit"] == "relative"
+    for r in range(p):
+        track = [e for e in counters if e["name"] == f"memory rank {r}"]
+        assert all(e["tid"] == r and e["pid"] == 0 and e["cat"] == "memory" for e in track)
+        points = [(e["ts"], e["args"]["activations"]) for e in track]
+        assert points == [(0.0, 0.0)] + [(t * 1e3, level) for t, level, _ in timeline.memory[r]]
+        assert [t for t, _ in points] == sorted(t for t, _ in points)
+        assert max(v for _, v in points) == pytest.approx(timeline.peak_memory(r)) and timeline.peak_memory(r) > 0
+        assert points[-1][1] == pytest.approx(0.0)  # every activation freed by the end
 
 
 def test_plan_json_is_a_schedule_with_planned_times() -> None:

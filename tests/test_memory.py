@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from zbsearch.core.errors import MemoryLimitError
-from zbsearch.core.memory import parse_mem_limit
-from zbsearch.core.profile import Profile, uniform_profile
+from zbsearch.core.errors import InfeasibleError, MemoryLimitError
+from zbsearch.core.ir import linear, vshape
+from zbsearch.core.memory import check_feasible, parse_mem_limit
+from zbsearch.core.profile import Profile, load_profile, uniform_profile
 
 GiB = 2**30
 
@@ -85,3 +86,94 @@ def test_errors_say_what_to_write(text, prof, match):
     with pytest.raises(MemoryLimitError, match=match) as err:
         parse_mem_limit(text, prof)
     assert "\n" not in str(err.value)
+
+
+# -- the minimum feasible limit, said in the user's unit ------------------------------------------
+
+def ranked(mem_B: list[float], unit: str = "bytes", **extra) -> Profile:
+    stages = [dict({"F": 1, "B": 1, "W": 1, "mem_B": b, "mem_W": b / 4}, **extra.get("stage", {})) for b in mem_B]
+    for stage, static in zip(stages, extra.get("static", [])):
+        stage["static_bytes"] = static
+    data = {"memory_unit": unit, "stages": stages, "source": {"kind": "estimated", "method": "test numbers"}}
+    if "capacity" in extra:
+        data["device_capacity_bytes"] = extra["capacity"]
+    return Profile.from_dict(data)
+
+
+# The issue's case: rank 0 needs 2.85216e9 bytes, rank 7 4.06 GiB; every limit below that must name rank 7.
+ISSUE = ranked([2.85216e9] + [2 * GiB] * 6 + [4.0599 * GiB])
+
+
+def infeasible(profile: Profile, text: str, placement=None) -> str:
+    with pytest.raises(InfeasibleError) as err:
+        check_feasible(profile, placement or linear(profile.num_stages), parse_mem_limit(text, profile))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("text,gives", [("1GiB", "1 GiB"), ("3GiB", "3 GiB"), ("4.05GiB", "4.05 GiB")])
+def test_a_byte_limit_names_the_rank_that_needs_the_most_in_gib(text: str, gives: str) -> None:
+    assert infeasible(ISSUE, text) == (
+        f"memory limit {text} is infeasible: one microbatch in flight needs at least 4.06 GiB on rank 7 (the most "
+        f"of any rank), but the limit gives it {gives}; the minimum is 4.06 GiB per rank (the smallest feasible "
+        "limit): raise the limit to at least that")
+
+
+def test_the_stated_minimum_fits() -> None:
+    check_feasible(ISSUE, linear(8), parse_mem_limit("4.06GiB", ISSUE))
+
+
+@pytest.mark.parametrize("text,minimum", [
+    ("1000000000", "4359284432 bytes"),   # plain bytes stay whole bytes, rounded up
+    ("2048b", "4359284432 bytes"),
+    ("1GB", "4.36 GB"),
+    ("512MiB", "4158 MiB"),
+    ("0.001TiB", "0.00397 TiB"),
+    ("1p", None),
+])
+def test_the_minimum_is_in_the_unit_the_limit_was_written_in(text: str, minimum: str | None) -> None:
+    if minimum is None:  # 1p always fits one microbatch: nothing to say
+        check_feasible(ISSUE, linear(8), parse_mem_limit(text, ISSUE))
+        return
+    message = infeasible(ISSUE, text)
+    assert f"the minimum is {minimum} per rank (the smallest feasible limit)" in message and "on rank 7" in message
+    check_feasible(ISSUE, linear(8), parse_mem_limit(minimum.replace(" bytes", ""), ISSUE))
+
+
+@pytest.mark.parametrize("p,text,minimum", [(4, "0.2p", "0.25p"), (3, "0.3p", "0.3334p"), (8, "0.1p", "0.125p")])
+def test_multiples_of_p_give_the_minimum_in_p_rounded_up(p: int, text: str, minimum: str) -> None:
+    prof = uniform_profile(1, 1, 1, p=p, m=8, mem_B=2.0, mem_W=1.0)
+    message = infeasible(prof, text)
+    assert message.endswith(f"the minimum is {minimum} per rank (the smallest feasible limit): raise the limit to at "
+                            "least that")
+    assert f"needs at least {minimum} on rank 0 (the most of any rank)" in message
+    check_feasible(prof, linear(p), parse_mem_limit(minimum, prof))
+    if minimum == "0.3334p":  # what %g would have said does not fit
+        infeasible(prof, "0.3333p")
+
+
+def test_a_limit_short_on_one_rank_names_it_and_the_rank_that_needs_the_most() -> None:
+    prof = ranked([3 * GiB, 1 * GiB], capacity=12 * GiB, static=[5 * GiB, 11.5 * GiB])
+    assert infeasible(prof, "auto") == (
+        "memory limit auto is infeasible: one microbatch in flight needs at least 1 GiB on rank 1 (rank 0 needs the "
+        "most), but the limit gives it 0.5 GiB; the minimum is 3 GiB per rank (the smallest feasible limit): raise the "
+        "limit to at least that")
+
+
+def test_a_v_shape_rank_needs_both_its_chunks() -> None:
+    prof = ranked([1 * GiB, 2 * GiB, 1 * GiB, 1 * GiB])
+    message = infeasible(prof, "1GiB", vshape(4))
+    assert "needs at least 2 GiB on rank 1 (the most of any rank)" in message
+
+
+@pytest.mark.parametrize("text,unit", [("2p", "p"), ("48 gib", "GiB"), ("40GB", "GB"), ("1e9", "bytes"),
+                                       ("2048B", "bytes"), ("auto", "GiB"), ("512kib", "KiB")])
+def test_a_limit_remembers_its_unit(text: str, unit: str) -> None:
+    assert parse_mem_limit(text, in_bytes()).unit == unit
+
+
+def test_messages_name_the_profile_file(tmp_path) -> None:
+    path = tmp_path / "rel.json"
+    relative().save(path)
+    with pytest.raises(MemoryLimitError, match=f"profile {path} gives memory in relative units"):
+        parse_mem_limit("48GiB", load_profile(path))

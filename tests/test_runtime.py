@@ -5,12 +5,14 @@ fork server that imported torch once)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
+from zbsearch.core.errors import DependencyError, RunError
 from zbsearch.core.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
@@ -20,7 +22,7 @@ pytest.importorskip("torch")
 
 from zbsearch.interop.runtime import run  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.multiprocess]
+pytestmark = pytest.mark.torch
 
 
 def solver_schedule():
@@ -40,6 +42,8 @@ def check(result, schedule, steps: int, kinds: set[str]) -> None:
     assert result.predicted_step_seconds > 0 and len(result.step_seconds) == timed
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.parametrize("make, model, kinds", [
     (solver_schedule, "mlp", {"F", "I", "W"}),                                     # 4 ranks, split I/W
     (lambda: generate("zb-v", 2, 4), "gpt-tiny", {"F", "I", "W"}),                 # V-shape
@@ -52,6 +56,8 @@ def test_schedule_runs_on_torch_with_reference_gradients(make, model: str, kinds
     check(result, schedule, 2, kinds)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_lowered_comms_csv_runs_unchanged() -> None:
     schedule = generate("zb-v", 2, 4)
     result = run(schedule, model="mlp", steps=1, comms=True)
@@ -59,6 +65,8 @@ def test_lowered_comms_csv_runs_unchanged() -> None:
     check(result, schedule, 1, {"F", "I", "W"})
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_cli_run_shows_measurements_next_to_the_plan(tmp_path: Path) -> None:
     path = tmp_path / "zbh1.json"
     generate("zb-h1", 2, 4).save(path)
@@ -75,17 +83,43 @@ def test_the_gradient_check_catches_a_wrong_gradient() -> None:
     """The comparison itself: an m-times-too-large gradient (a lost REDUCE_GRAD) and a missing one."""
     import torch
 
-    from zbsearch.interop.runtime import _compare_grads, _reference, build_chunks, loss_function, make_batch
+    from zbsearch.interop.worker import build_chunks, compare_grads, loss_function, make_batch, reference
 
     chunks = build_chunks("mlp", 2, seed=0)
     x, y = make_batch("mlp", 4, 2, seed=0)
-    reference, _ = _reference(torch, chunks, x, y, 4, loss_function("mlp"))
-    for c, r in zip(chunks, reference):
+    expected, _ = reference(torch, chunks, x, y, 4, loss_function("mlp"))
+    for c, r in zip(chunks, expected):
         for p, q in zip(c.parameters(), r.parameters()):
             p.grad = q.grad.clone()
     problems: list[str] = []
-    assert _compare_grads(torch, chunks[0], reference[0], "stage 0", problems) == (0.0, 2) and not problems
+    assert compare_grads(torch, chunks[0], expected[0], "stage 0", problems) == (0.0, 2) and not problems
     chunks[1][0].weight.grad *= 4
     chunks[1][0].bias.grad = None
-    _compare_grads(torch, chunks[1], reference[1], "stage 1", problems)
+    compare_grads(torch, chunks[1], expected[1], "stage 1", problems)
     assert [p.split(" parameter ")[1].split()[0] for p in problems] == ["0.weight", "0.bias"]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"backend": "mpi"}, RunError, "--backend 'mpi': use gloo (CPU) or nccl (GPUs)"),
+    ({"model": "bert"}, RunError, "--model 'bert' is not a model: use one of mlp, gpt-tiny"),
+    ({"steps": 0}, RunError, "--steps 0: run at least 1 step"),
+    ({"nproc": 3}, RunError, "--nproc 3 does not match schedule 'zb-h1', which has 2 ranks: drop --nproc or use "
+                             "--nproc 2 (one process per rank)"),
+])
+def test_a_request_that_cannot_run_is_refused_before_any_process_starts(kwargs, error, message) -> None:
+    with pytest.raises(error) as err:
+        run(generate("zb-h1", 2, 4), **kwargs)
+    assert str(err.value) == message
+
+
+def test_without_torch_the_run_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(DependencyError, match=r"^zbsearch run needs torch, which is not installed: pip install "):
+        run(generate("zb-h1", 2, 4))
+
+
+def test_the_worker_refuses_an_unknown_model() -> None:
+    from zbsearch.interop.worker import build_chunks
+
+    with pytest.raises(RunError, match="not a model"):
+        build_chunks("bert", 2, seed=0)

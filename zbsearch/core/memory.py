@@ -4,6 +4,9 @@
 (mem_B), the Zero Bubble paper's ZB-1p / ZB-2p convention. `48GiB`, `40GB`, `1e9`: an absolute size in
 bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity minus the stage's static
 bytes. `none`: no limit. Limits count activations only, the way the paper's limits do.
+
+A limit remembers the unit it was written in, so that a limit too small for one microbatch is answered
+with the minimum in that unit (`4.06 GiB`, `0.25p`), rounded up so that the answer itself fits.
 """
 
 from __future__ import annotations
@@ -21,16 +24,27 @@ _UNITS = {
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
+# How a unit is written back to the user, whatever case they typed.
+_UNIT_NAMES = {"": "bytes", "b": "bytes", "kb": "kB", "mb": "MB", "gb": "GB", "tb": "TB",
+               "kib": "KiB", "mib": "MiB", "gib": "GiB", "tib": "TiB"}
+P_UNIT = "p"
+# A limit may fall short of the need by this much (float noise) and still count as meeting it.
+_RTOL = 1e-9
 _P_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)?\s*p\s*$", re.I)
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e\d+)?|\.\d+)\s*([kmgt]i?b|b)?\s*$", re.I)
 
 
 @dataclass(frozen=True)
 class MemoryLimit:
-    """Activation limit per rank, in the profile's memory unit. `per_rank[r]` is inf for no limit."""
+    """Activation limit per rank, in the profile's memory unit. `per_rank[r]` is inf for no limit.
+
+    `unit` is how the limit was written: "p" (a multiple of p times each rank's stage mem_B) or a byte
+    unit ("GiB", "GB", "MiB", ..., "bytes"); messages about the limit use it.
+    """
 
     text: str
     per_rank: tuple[float, ...]
+    unit: str = P_UNIT
 
     @property
     def unlimited(self) -> bool:
@@ -56,13 +70,13 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
         factor = float(m.group(1)) if m.group(1) else 1.0
         if factor <= 0:
             raise MemoryLimitError(f"--mem-limit {text!r} must be positive, e.g. 1p or 2p")
-        return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)))
+        return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
         missing = [r for r in range(p) if profile.stages[r].static_bytes is None]
         if profile.device_capacity_bytes is None or missing or profile.memory_unit != "bytes":
             raise MemoryLimitError(
                 f"--mem-limit auto needs the profile to give device_capacity_bytes and every stage's "
-                f"static_bytes in bytes; profile {profile.name!r} does not: use e.g. 2p or 48GiB"
+                f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
             )
         per = tuple(profile.device_capacity_bytes - profile.stages[r].static_bytes for r in range(p))
         if min(per) <= 0:
@@ -70,18 +84,19 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
             raise MemoryLimitError(
                 f"--mem-limit auto leaves no room on rank {r}: its static bytes exceed the device capacity"
             )
-        return MemoryLimit("auto", per)
+        return MemoryLimit("auto", per, "GiB")
     m = _SIZE_RE.match(s)
     if m:
-        size = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+        unit = (m.group(2) or "").lower()
+        size = float(m.group(1)) * _UNITS[unit]
         if size <= 0:
             raise MemoryLimitError(f"--mem-limit {text!r} must be positive")
         if profile.memory_unit != "bytes":
             raise MemoryLimitError(
-                f"--mem-limit {text!r} is an absolute size, but profile {profile.name!r} gives memory in "
+                f"--mem-limit {text!r} is an absolute size, but profile {profile.label} gives memory in "
                 "relative units: use a multiple of p such as 1p or 2p"
             )
-        return MemoryLimit(s, (size,) * p)
+        return MemoryLimit(s, (size,) * p, _UNIT_NAMES[unit])
     raise MemoryLimitError(
         f"--mem-limit {text!r} is not a limit: write a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none"
@@ -105,15 +120,53 @@ def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, .
 
 
 def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -> None:
-    """Raise InfeasibleError stating the smallest feasible limit when `limit` is below it."""
+    """Raise InfeasibleError when `limit` cannot hold one microbatch in flight on some rank.
+
+    The message gives the smallest feasible limit in the limit's own unit, rounded up, and the rank
+    that needs it: of the ranks the limit is too small for, the one that needs the most. For a limit
+    that scales every rank alike (a size, or a multiple of p) that is the rank needing the most of all,
+    so raising the limit to the stated minimum fits every rank.
+    """
     need = min_feasible_limit(profile, placement)
-    p = placement.num_ranks
-    for r, (cap, n) in enumerate(zip(limit.per_rank, need)):
-        if cap < n * (1 - 1e-9):
-            unit = profile.stage_mem_B(r)
-            smallest = max(x / profile.stage_mem_B(q) for q, x in enumerate(need)) / p
-            raise InfeasibleError(
-                f"memory limit {limit.text} is infeasible: it gives rank {r} {cap:g} ({cap / unit:.4g} x its stage "
-                f"M_B) but one microbatch in flight needs {n:g} ({n / unit:.4g} x M_B); the minimum is "
-                f"{smallest:.4g}p (the smallest feasible limit): raise --mem-limit to at least that"
-            )
+    short = [r for r, (cap, n) in enumerate(zip(limit.per_rank, need)) if cap < n * (1 - _RTOL)]
+    if not short:
+        return
+    unit = [_unit_size(limit.unit, profile, placement.num_ranks, r) for r in range(placement.num_ranks)]
+    needed = [n / u for n, u in zip(need, unit)]
+    rank = max(short, key=lambda r: needed[r])
+    top = max(needed)
+    most = "the most of any rank" if needed[rank] >= top * (1 - _RTOL) else f"rank {needed.index(top)} needs the most"
+    raise InfeasibleError(
+        f"memory limit {limit.text} is infeasible: one microbatch in flight needs at least "
+        f"{_amount(needed[rank], limit.unit, up=True)} on rank {rank} ({most}), but the limit gives it "
+        f"{_amount(limit.per_rank[rank] / unit[rank], limit.unit, up=False)}; the minimum is "
+        f"{_amount(top, limit.unit, up=True)} per rank (the smallest feasible limit): raise the limit to at least that"
+    )
+
+
+def _unit_size(unit: str, profile: Profile, p: int, rank: int) -> float:
+    """One `unit` on `rank`, in the profile's memory unit."""
+    if unit == P_UNIT:
+        return p * profile.stage_mem_B(rank)
+    return float(_UNITS[next(k for k, name in _UNIT_NAMES.items() if name == unit)])
+
+
+def _amount(x: float, unit: str, up: bool) -> str:
+    """`x` units as a user would write them: 4 significant digits for multiples of p, 3 for sizes,
+    whole bytes for plain bytes; rounded up (`up`) when it is a minimum the user will type back.
+
+    >>> _amount(4.0601, "GiB", up=True), _amount(1 / 3, "p", up=True), _amount(1 / 3, "p", up=False)
+    ('4.07 GiB', '0.3334p', '0.3333p')
+    >>> _amount(3135.2, "MB", up=True), _amount(2**31 + 0.5, "bytes", up=True)
+    ('3136 MB', '2147483649 bytes')
+    """
+    if unit == "bytes":
+        return f"{math.ceil(x) if up else round(x)} bytes"
+    digits = 4 if unit == P_UNIT else 3
+    decimals = max(0, digits - 1 - math.floor(math.log10(x))) if x > 0 else 0
+    if up:
+        x = math.ceil(x * 10**decimals * (1 - _RTOL)) / 10**decimals
+    # Fixed point, not %g: "3140 MB" can be typed back, "3.14e+03 MB" cannot.
+    text = f"{x:.{decimals}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return f"{text}p" if unit == P_UNIT else f"{text} {unit}"

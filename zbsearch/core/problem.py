@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import ZbsearchError
+from .errors import ProfileError, ZbsearchError
 from .ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
 from .memory import MemoryLimit, check_feasible
 from .profile import Profile
@@ -64,8 +64,9 @@ class Problem:
         if self.objective not in OBJECTIVES:
             raise ZbsearchError(f"--objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
         if self.placement.num_ranks != self.profile.num_stages:
-            raise ZbsearchError(
-                f"placement has {self.placement.num_ranks} ranks but the profile has {self.profile.num_stages} stages"
+            raise ProfileError(
+                f"profile {self.profile.label} has {self.profile.num_stages} stages but placement "
+                f"{self.placement.name!r} has {self.placement.num_ranks} ranks: use a profile with one stage per rank"
             )
 
     @property

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ProfileError
-from .fileio import finite, read_json, write_atomic
+from .fileio import read_json, write_atomic
 from .ir import Placement
+from .profile_validation import PROFILE_SCHEMA_PATH, check_memory_order, check_profile_data, profile_schema
 
-SOURCE_KINDS = {
-    "measured": ("device", "date"),
-    "published": ("citation",),
-    "estimated": ("method",),
-}
-MEMORY_UNITS = ("bytes", "relative")
+__all__ = [
+    "MAX_MICROBATCHES", "MAX_STAGES", "PROFILE_SCHEMA_PATH", "Profile", "StageCost", "check_microbatches",
+    "check_stages", "load_profile", "parse_uniform", "profile_schema", "uniform_profile",
+]
+
 MAX_STAGES = 1024
 MAX_MICROBATCHES = 100_000
 
@@ -76,10 +76,18 @@ class Profile:
     device_capacity_bytes: float | None = None
     chunks: tuple[StageCost, ...] | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # The file it was read from, for messages ("name" is often the same in every file); None when built
+    # in memory. Not part of the profile's identity, and never written.
+    path: str | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def num_stages(self) -> int:
         return len(self.stages)
+
+    @property
+    def label(self) -> str:
+        """How messages name this profile: its file's path when read from one, else its name."""
+        return self.path if self.path is not None else repr(self.name)
 
     # -- costs under a placement -------------------------------------------------------------
     def chunk_cost(self, placement: Placement, chunk: int) -> StageCost:
@@ -139,46 +147,7 @@ class Profile:
         return _parse_profile(data, origin)
 
 
-# -- validation ------------------------------------------------------------------------------
-
-def _err(origin: str, where: str, problem: str, fix: str) -> ProfileError:
-    return ProfileError(f"{origin}: field {where} {problem}; {fix}")
-
-
-def _number(origin: str, where: str, value: Any, *, positive: bool = False, optional: bool = False) -> float | None:
-    if value is None:
-        if optional:
-            return None
-        raise _err(origin, where, "is missing", "give a number")
-    if not finite(value):
-        raise _err(origin, where, f"is {value!r}", "give a finite number (no NaN, no infinity, no string)")
-    if value < 0 or (positive and value == 0):
-        need = "> 0" if positive else ">= 0"
-        raise _err(origin, where, f"is {value}", f"it must be {need}")
-    return float(value)
-
-
-def _parse_stage(origin: str, where: str, raw: Any, memory_required: bool) -> StageCost:
-    if not isinstance(raw, dict):
-        raise _err(origin, where, "is not an object", 'write {"F": ..., "B": ..., "W": ..., "mem_B": ..., "mem_W": ...}')
-    known = {"F", "B", "W", "mem_B", "mem_W", "full_backward", "static_bytes"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise _err(origin, f"{where}.{unknown[0]}", "is not a stage field", f"stage fields are {sorted(known)}")
-    F = _number(origin, f"{where}.F", raw.get("F"), positive=True)
-    B = _number(origin, f"{where}.B", raw.get("B"))
-    W = _number(origin, f"{where}.W", raw.get("W"))
-    if B + W == 0:
-        raise _err(origin, f"{where}.B", "and W are both 0", "a stage needs some backward time")
-    mem_B = _number(origin, f"{where}.mem_B", raw.get("mem_B", None if memory_required else 1.0), positive=True)
-    mem_W = _number(origin, f"{where}.mem_W", raw.get("mem_W", None if memory_required else mem_B / 2))
-    if mem_W > mem_B:
-        raise _err(origin, f"{where}.mem_W", f"({mem_W}) exceeds mem_B ({mem_B})",
-                   "B frees mem_B - mem_W and W frees mem_W, so mem_W must be <= mem_B")
-    full = _number(origin, f"{where}.full_backward", raw.get("full_backward"), positive=True, optional=True)
-    static = _number(origin, f"{where}.static_bytes", raw.get("static_bytes"), optional=True)
-    return StageCost(F, B, W, mem_B, mem_W, full, static)
-
+# -- reading -----------------------------------------------------------------------------------
 
 def check_stages(p: Any) -> int:
     if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= MAX_STAGES:
@@ -192,69 +161,40 @@ def check_microbatches(m: Any) -> int:
     return m
 
 
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _stage(origin: str, field: str, raw: dict[str, Any]) -> StageCost:
+    """A checked stage object with the relative-memory defaults filled in (mem_B 1, mem_W mem_B / 2)."""
+    mem_B = float(raw.get("mem_B", 1.0))
+    mem_W = float(raw.get("mem_W", mem_B / 2))
+    check_memory_order(origin, field, mem_B, mem_W)
+    return StageCost(float(raw["F"]), float(raw["B"]), float(raw["W"]), mem_B, mem_W,
+                     _optional(raw.get("full_backward")), _optional(raw.get("static_bytes")))
+
+
 def _parse_profile(data: Any, origin: str) -> Profile:
-    if not isinstance(data, dict):
-        raise ProfileError(f"{origin}: a profile must be a JSON object (see zbsearch's profile schema)")
-    fmt = data.get("format", "zbsearch-profile/1")
-    if fmt != "zbsearch-profile/1":
-        raise _err(origin, "format", f"is {fmt!r}", "this zbsearch reads 'zbsearch-profile/1'")
-    raw_stages = data.get("stages")
-    if not isinstance(raw_stages, list) or not raw_stages:
-        raise _err(origin, "stages", "is missing or empty", "list one object per stage with F, B, W, mem_B, mem_W")
-    p = data.get("num_stages", len(raw_stages))
-    try:
-        check_stages(p)
-    except ProfileError as exc:
-        raise _err(origin, "num_stages", f"is {p!r}", f"it must be an integer from 1 to {MAX_STAGES}") from exc
-    if len(raw_stages) != p:
-        raise _err(origin, "stages", f"has {len(raw_stages)} entries but num_stages is {p}", "give one entry per stage")
-    memory_unit = data.get("memory_unit", "relative")
-    if memory_unit not in MEMORY_UNITS:
-        raise _err(origin, "memory_unit", f"is {memory_unit!r}", f"use one of {list(MEMORY_UNITS)}")
-    stages = tuple(_parse_stage(origin, f"stages[{i}]", s, memory_unit == "bytes") for i, s in enumerate(raw_stages))
+    check_profile_data(data, origin)
+    stages = tuple(_stage(origin, f"stages[{i}]", s) for i, s in enumerate(data["stages"]))
+    p = len(stages)
     comm_raw = data.get("comm", 0.0)
-    if isinstance(comm_raw, list):
-        if len(comm_raw) != p - 1:
-            raise _err(origin, "comm", f"has {len(comm_raw)} entries for {p} stages",
-                       f"give one number per boundary ({p - 1}) or a single number")
-        comm = tuple(_number(origin, f"comm[{i}]", c) for i, c in enumerate(comm_raw))
-    else:
-        comm = (_number(origin, "comm", comm_raw),) * (p - 1)
-    m = data.get("microbatches", 1)
-    try:
-        check_microbatches(m)
-    except ProfileError:
-        raise _err(origin, "microbatches", f"is {m!r}", f"it must be an integer from 1 to {MAX_MICROBATCHES}") from None
-    source = data.get("source")
-    if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
-        raise _err(origin, "source.kind", f"is {None if not isinstance(source, dict) else source.get('kind')!r}",
-                   "say where the numbers come from: measured (with device, date), published (with citation) "
-                   "or estimated (with method)")
-    for need in SOURCE_KINDS[source["kind"]]:
-        if not source.get(need):
-            raise _err(origin, f"source.{need}", "is missing", f"a {source['kind']} profile must state its {need}")
-    capacity = _number(origin, "device_capacity_bytes", data.get("device_capacity_bytes"), positive=True, optional=True)
+    comm = tuple(float(c) for c in comm_raw) if isinstance(comm_raw, list) else (float(comm_raw),) * (p - 1)
     chunks = None
     if data.get("chunks") is not None:
-        if not isinstance(data["chunks"], list) or not data["chunks"]:
-            raise _err(origin, "chunks", "is not a list", "list one cost object per global chunk, or leave it out")
-        chunks = tuple(_parse_stage(origin, f"chunks[{i}]", c, memory_unit == "bytes") for i, c in enumerate(data["chunks"]))
-    for key in ("name", "time_unit"):
-        if key in data and not isinstance(data[key], str):
-            raise _err(origin, key, f"is {data[key]!r}", "give a string")
-    details = data.get("details") or {}
-    if not isinstance(details, dict):
-        raise _err(origin, "details", "is not an object", "give an object or leave it out")
+        chunks = tuple(_stage(origin, f"chunks[{i}]", c) for i, c in enumerate(data["chunks"]))
     return Profile(
-        name=data.get("name", origin), stages=stages, comm=comm, microbatches=m, source=dict(source),
-        time_unit=data.get("time_unit", "us"), memory_unit=memory_unit, device_capacity_bytes=capacity,
-        chunks=chunks, details=dict(details),
+        name=data.get("name", origin), stages=stages, comm=comm, microbatches=data.get("microbatches", 1),
+        source=dict(data["source"]), time_unit=data.get("time_unit", "us"),
+        memory_unit=data.get("memory_unit", "relative"),
+        device_capacity_bytes=_optional(data.get("device_capacity_bytes")), chunks=chunks,
+        details=dict(data.get("details") or {}),
     )
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile JSON file."""
-    return Profile.from_dict(read_json(path, what="profile"), origin=str(path))
+    """Read and validate a profile JSON file; errors and reports name the file's path."""
+    return replace(Profile.from_dict(read_json(path, what="profile"), origin=str(path)), path=str(path))
 
 
 def uniform_profile(
@@ -289,11 +229,3 @@ def parse_uniform(text: str, p: int, m: int, memory: str | None = None) -> Profi
     t = numbers(text, "--uniform", (3, 4))
     mem = numbers(memory, "--uniform-memory", (2,)) if memory else [1.0, 0.5]
     return uniform_profile(*t, p=p, m=m, mem_B=mem[0], mem_W=mem[1])
-
-
-PROFILE_SCHEMA_PATH = Path(__file__).with_name("profile.schema.json")
-
-
-def profile_schema() -> dict[str, Any]:
-    """The published JSON Schema of the profile format."""
-    return json.loads(PROFILE_SCHEMA_PATH.read_text())

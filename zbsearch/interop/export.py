@@ -12,8 +12,9 @@ Formats (see FORMATS):
 - json: the schedule JSON (so every zbsearch command still reads it) plus, per rank, each instruction
   with its planned start and end on a profile. Needs a profile.
 - chrome-trace: the simulated timeline as Trace Event JSON (chrome://tracing, ui.perfetto.dev): one
-  track per rank, one complete event per pass, named and coloured by kind, with the microbatch in args.
-  Needs a profile.
+  track per rank, one complete event per pass, named as torch names the action (`0F3`: stage 0, forward,
+  microbatch 3; `1I0`, `2W3`, `3B0` as in the CSV) and coloured by kind, and one memory counter track
+  per rank (activations held, in the profile's memory unit). Needs a profile.
 
 Every export validates the schedule first (structure, completeness, deadlock; times with a profile)
 and renders the whole file in memory before writing it atomically, so a failed export leaves no file.
@@ -42,8 +43,8 @@ FORMATS: dict[str, str] = {
 }
 NEEDS_PROFILE = ("json", "chrome-trace")
 
-# Trace Event "cname" values (chrome://tracing's reserved palette); Perfetto colours by event name,
-# which is the kind, so each kind gets one colour there too.
+# Trace Event "cname" values (chrome://tracing's reserved palette), one per kind. Perfetto ignores
+# cname and colours by event name, so there each action gets its own colour.
 TRACE_COLOURS = {
     Kind.F: "rail_response",
     Kind.B: "thread_state_iowait",
@@ -91,7 +92,7 @@ def torch_lowered(schedule: Schedule) -> list[list[Any]]:
     """Per rank, torch's `_Action`s after torch's own lowering (the same passes, in the same order, as
     `_PipelineScheduleRuntime._prepare_schedule_with_comms(..., format="compute_only")`).
 
-    Raises ZbsearchError without torch, ScheduleError when torch refuses the order.
+    Raises DependencyError without torch, ScheduleError when torch refuses the order.
     """
     from .torch_import import torch_schedules
 
@@ -139,7 +140,9 @@ def plan_json(timeline: Timeline) -> dict[str, Any]:
 
 
 def chrome_trace(timeline: Timeline) -> dict[str, Any]:
-    """Trace Event JSON: pid 0 is the pipeline, tid r is rank r; one "X" event per pass.
+    """Trace Event JSON: pid 0 is the pipeline, tid r is rank r; one "X" event per pass, named like
+    torch's action (`0F3`), and one "C" counter track per rank ("memory rank r") with the activations
+    held after every allocation and free.
 
     Times are the simulator's, converted to microseconds when the profile's unit is s, ms, us or ns
     (any other unit is written as if it were microseconds; `otherData.time_unit` says which).
@@ -153,23 +156,43 @@ def chrome_trace(timeline: Timeline) -> dict[str, Any]:
     for r in range(timeline.num_ranks):
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": r, "args": {"sort_index": r}})
-    for slot in timeline.iter_slots():
-        for a in slot.action.passes():
-            args = {"action": str(a), "chunk": a.chunk, "microbatch": a.microbatch, "rank": slot.rank,
-                    "step": slot.index, "start": slot.start, "end": slot.end}
-            if slot.action.kind is Kind.OVERLAP:
-                args["overlap"] = str(slot.action)
-            events.append({
-                "name": a.kind.label, "cat": a.kind.value, "ph": "X", "pid": 0, "tid": slot.rank,
-                "ts": slot.start * scale, "dur": (slot.end - slot.start) * scale,
-                "cname": TRACE_COLOURS[a.kind], "args": args,
-            })
+    events.extend(_pass_events(timeline, scale))
+    events.extend(_memory_events(timeline, scale))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"schedule": schedule.name, "profile": profile.name, "time_unit": profile.time_unit,
-                      "microseconds_per_unit": scale, "makespan": timeline.makespan},
+                      "microseconds_per_unit": scale, "makespan": timeline.makespan,
+                      "memory_unit": profile.memory_unit},
     }
+
+
+def _pass_events(timeline: Timeline, scale: float) -> list[dict[str, Any]]:
+    events = []
+    for slot in timeline.iter_slots():
+        for a in slot.action.passes():
+            args = {"action": str(a), "kind": a.kind.label, "chunk": a.chunk, "microbatch": a.microbatch,
+                    "rank": slot.rank, "step": slot.index, "start": slot.start, "end": slot.end}
+            if slot.action.kind is Kind.OVERLAP:
+                args["overlap"] = str(slot.action)
+            events.append({
+                "name": str(a), "cat": a.kind.value, "ph": "X", "pid": 0, "tid": slot.rank,
+                "ts": slot.start * scale, "dur": (slot.end - slot.start) * scale,
+                "cname": TRACE_COLOURS[a.kind], "args": args,
+            })
+    return events
+
+
+def _memory_events(timeline: Timeline, scale: float) -> list[dict[str, Any]]:
+    """Per rank, the activation level from 0 at time 0 through every change the simulator recorded
+    (several at one instant are all kept; viewers show the last)."""
+    events = []
+    for r, curve in enumerate(timeline.memory):
+        name = f"memory rank {r}"
+        points = [(0.0, 0.0)] + [(t, level) for t, level, _ in curve]
+        events.extend({"name": name, "cat": "memory", "ph": "C", "pid": 0, "tid": r, "ts": t * scale,
+                       "args": {"activations": level}} for t, level in points)
+    return events
 
 
 def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-from ..core.errors import ScheduleError, ZbsearchError
+from ..core.errors import DependencyError, ScheduleError
 from ..core.fileio import read_text
 from ..core.ir import Action, Placement, Schedule, interleaved, linear, vshape
 
@@ -32,11 +32,11 @@ _SINGLE_STAGE = {"gpipe", "1f1b"}
 
 
 def torch_schedules(what: str) -> ModuleType:
-    """torch.distributed.pipelining.schedules, or a one-line ZbsearchError saying how to install it."""
+    """torch.distributed.pipelining.schedules, or a one-line DependencyError saying how to install it."""
     try:
         import torch.distributed.pipelining.schedules as schedules
     except ImportError:
-        raise ZbsearchError(f"{what} needs torch, which is not installed: {INSTALL_HINT}") from None
+        raise DependencyError(f"{what} needs torch, which is not installed: {INSTALL_HINT}") from None
     return schedules
 
 

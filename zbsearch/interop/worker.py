@@ -1,0 +1,288 @@
+"""What runs in each process of `zbsearch run`: the model, the single-process reference, torch's
+pipelining runtime on this rank's stages, and the checks and timings of every step.
+
+The launcher (runtime.py) pickles one `Job` to every process; each writes `rank<r>.json` into the job's
+folder, and the launcher reads them back. Measured times are in seconds. torch is imported only here,
+and only when a model is built or a worker starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import DependencyError, RunError
+from ..core.ir import Schedule
+from .torch_import import INSTALL_HINT
+
+MODELS = ("mlp", "gpt-tiny")
+# float64 model: the pipeline and the reference differ only by summation order.
+RTOL, ATOL = 1e-7, 1e-10
+MLP_WIDTH = 16
+GPT = {"vocab": 64, "width": 32, "heads": 2, "seq": 8}
+
+Event = tuple[str, int, float, float]  # torch's kind letter, stage, start, end (perf_counter seconds)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker process needs (pickled to each spawned process)."""
+
+    schedule: Schedule
+    csv_path: str
+    out_dir: str
+    port: int
+    backend: str
+    model: str
+    steps: int
+    seed: int
+    microbatch_size: int
+    timeout_s: float
+    csv_format: str = "compute_only"
+
+
+# -- the models ----------------------------------------------------------------------------------
+
+def require_torch() -> Any:
+    """torch with its pipelining package, or a DependencyError saying how to install it."""
+    try:
+        import torch
+        import torch.distributed.pipelining  # noqa: F401
+    except ImportError:
+        raise DependencyError(f"zbsearch run needs torch, which is not installed: {INSTALL_HINT}") from None
+    return torch
+
+
+def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
+    """The model cut into `num_chunks` float64 modules, identical in every process for one seed."""
+    torch = require_torch()
+    nn = torch.nn
+    torch.manual_seed(seed)
+    if model == "mlp":
+        chunks = [nn.Sequential(nn.Linear(MLP_WIDTH, MLP_WIDTH), nn.Tanh()) for _ in range(num_chunks)]
+    elif model == "gpt-tiny":
+        chunks = [_gpt_chunk(torch, first=c == 0, last=c == num_chunks - 1) for c in range(num_chunks)]
+    else:
+        raise RunError(f"--model {model!r} is not a model: use one of {', '.join(MODELS)}")
+    return [c.double() for c in chunks]
+
+
+def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
+    """One transformer block, with the embeddings in front on the first chunk and the head behind on
+    the last."""
+    nn, F = torch.nn, torch.nn.functional
+    V, D, H, T = GPT["vocab"], GPT["width"], GPT["heads"], GPT["seq"]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+            self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+        def forward(self, x: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+            q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, D))
+            return x + self.mlp(self.ln2(x))
+
+    class Chunk(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            if first:
+                self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+            self.block = Block()
+            if last:
+                self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V)
+
+        def forward(self, x: Any) -> Any:
+            if first:
+                x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+            x = self.block(x)
+            return self.head(self.ln_f(x)) if last else x
+
+    return Chunk()
+
+
+def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: int) -> tuple[Any, Any]:
+    """Inputs and targets for one iteration, identical in every process."""
+    torch = require_torch()
+    g = torch.Generator().manual_seed(seed + 1)
+    n = num_microbatches * microbatch_size
+    if model == "mlp":
+        return (torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64),
+                torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64))
+    V, T = GPT["vocab"], GPT["seq"]
+    return torch.randint(0, V, (n, T), generator=g), torch.randint(0, V, (n, T), generator=g)
+
+
+def loss_function(model: str) -> Callable[[Any, Any], Any]:
+    torch = require_torch()
+    F = torch.nn.functional
+    if model == "mlp":
+        return F.mse_loss
+    return lambda logits, target: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+# -- checks against the reference -----------------------------------------------------------------
+
+def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Callable) -> tuple[list[Any], float]:
+    """The single-process reference: a copy of the whole model, the mean of the microbatch losses, one
+    backward. Returns the copy (its parameters hold the reference gradients) and the loss."""
+    reference = copy.deepcopy(chunks)
+    losses = []
+    for xi, yi in zip(x.chunk(m), y.chunk(m)):
+        out = xi
+        for chunk in reference:
+            out = chunk(out)
+        losses.append(loss_fn(out, yi))
+    total = torch.stack(losses).mean()
+    total.backward()
+    return reference, float(total.detach())
+
+
+def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: list[str]) -> tuple[float, int]:
+    """Append a problem for every parameter whose gradient is missing or not allclose to the reference;
+    return the largest difference and the number of parameters compared."""
+    worst, count = 0.0, 0
+    for (name, p), (_, q) in zip(chunk.named_parameters(), reference.named_parameters()):
+        count += 1
+        if p.grad is None:
+            problems.append(f"{where} parameter {name} got no gradient")
+            continue
+        diff = float((p.grad - q.grad).abs().max())
+        worst = max(worst, diff)
+        if not torch.allclose(p.grad, q.grad, rtol=RTOL, atol=ATOL):
+            problems.append(f"{where} parameter {name} gradient differs from the reference (max |diff| {diff:.3g})")
+    return worst, count
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+def _timed(torch: Any, fn: Callable, record: Callable[[str, int, float, float], None], kind_of: Callable[..., str],
+           stage: int, sync: bool) -> Callable:
+    def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn(mb, *args, **kwargs)
+        if sync:
+            torch.cuda.synchronize()
+        record(kind_of(*args, **kwargs), stage, t0, time.perf_counter())
+        return out
+    return wrapper
+
+
+def _full_backward(loss: Any = None, full_backward: bool = True, last_backward: bool = False) -> str:
+    return "B" if full_backward else "I"
+
+
+def _instrument(torch: Any, stages: list[Any], events: list[Event], sync: bool) -> None:
+    """Time every stage's own compute calls, so a wait for a receive is not counted."""
+    record = lambda kind, stage, t0, t1: events.append((kind, stage, t0, t1))  # noqa: E731
+    for st in stages:
+        st.forward_one_chunk = _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, sync)
+        st.backward_one_chunk = _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, sync)
+        st.backward_weight_one_chunk = _timed(torch, st.backward_weight_one_chunk, record,
+                                              lambda *a, **k: "W", st.stage_index, sync)
+
+
+class _RankRun:
+    """One rank: its stages on torch's runtime and the reference, stepped and checked step by step."""
+
+    def __init__(self, torch: Any, dist: Any, rank: int, job: Job, device: Any) -> None:
+        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+        self.torch, self.dist, self.rank, self.job = torch, dist, rank, job
+        placement = job.schedule.placement
+        n, m = placement.num_chunks, job.schedule.num_microbatches
+        self.chunks = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
+        self.x, self.y = (t.to(device) for t in make_batch(job.model, m, job.microbatch_size, job.seed))
+        loss_fn = loss_function(job.model)
+        self.reference, self.reference_loss = reference(torch, self.chunks, self.x, self.y, m, loss_fn)
+
+        self.mine = sorted(placement.chunks_on(rank))
+        stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
+        self.runtime = _PipelineScheduleRuntime(stages, m, loss_fn=loss_fn, scale_grads=True)
+        self.runtime._load_csv(job.csv_path, format=job.csv_format)
+        self.sync = device.type == "cuda"
+        self.events: list[Event] = []
+        _instrument(torch, stages, self.events, self.sync)
+
+        self.has_first, self.has_last = 0 in self.mine, n - 1 in self.mine
+        self.problems: list[str] = []
+        self.max_diff, self.checked, self.loss = 0.0, 0, float("nan")
+        self.step_seconds: list[float] = []
+        self.timed: list[Event] = []
+
+    def step(self, step: int) -> None:
+        """One iteration on torch's runtime, timed, then checked against the reference."""
+        for c in self.mine:
+            for p in self.chunks[c].parameters():
+                p.grad = None
+        losses: list[Any] = []
+        args = (self.x,) if self.has_first else ()
+        kwargs = {"target": self.y, "losses": losses} if self.has_last else {}
+        self.events.clear()
+        self.dist.barrier()
+        t0 = time.perf_counter()
+        self.runtime.step(*args, **kwargs)
+        if self.sync:
+            self.torch.cuda.synchronize()
+        self.step_seconds.append(time.perf_counter() - t0)
+        # The first of several steps infers shapes and allocates: not a pass time worth reporting.
+        if step > 0 or self.job.steps == 1:
+            self.timed.extend(self.events)
+        self._check(step, losses)
+
+    def _check(self, step: int, losses: list[Any]) -> None:
+        if self.has_last:
+            self.loss = float(self.torch.stack(losses).detach().mean())
+            if not math.isclose(self.loss, self.reference_loss, rel_tol=RTOL, abs_tol=ATOL):
+                self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference "
+                                     f"{self.reference_loss!r}")
+        for c in self.mine:
+            diff, count = compare_grads(self.torch, self.chunks[c], self.reference[c], f"step {step}: stage {c}",
+                                        self.problems)
+            self.max_diff = max(self.max_diff, diff)
+            self.checked += count if step == 0 else 0
+
+    def result(self) -> dict[str, Any]:
+        """What the launcher reads back from rank<r>.json."""
+        return {
+            "rank": self.rank, "stages": self.mine, "problems": self.problems, "max_grad_diff": self.max_diff,
+            "parameters_checked": self.checked, "loss": self.loss if self.has_last else None,
+            "reference_loss": self.reference_loss, "step_seconds": self.step_seconds,
+            "events": [[k, s, t1 - t0] for k, s, t0, t1 in self.timed],
+        }
+
+
+def worker(rank: int, job: Job) -> None:
+    """One process of a run (torch.multiprocessing passes the rank): join the group, step, write
+    rank<r>.json into the job's folder."""
+    torch = require_torch()
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    device = torch.device(f"cuda:{rank}") if job.backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{job.port}", rank=rank,
+                            world_size=job.schedule.placement.num_ranks, timeout=timedelta(seconds=job.timeout_s))
+    try:
+        run = _RankRun(torch, dist, rank, job, device)
+        for step in range(job.steps):
+            run.step(step)
+        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps(run.result()))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
