@@ -401,11 +401,10 @@ BAD_ARGS = [
     (["baseline", "1f1b", "--profile", "{missing}"], "profile file {missing} does not exist"),
     (["baseline", "1f1b", "--profile", "{nan_token}"], "profile file {nan_token} is not valid JSON: NaN is not a "
                                                        "number JSON allows"),
-    (["baseline", "1f1b", "--profile", "{nan_string}"], "{nan_string}: field stages[0].W is 'NaN'; give a finite "
-                                                        "number (no NaN, no infinity, no string)"),
+    (["baseline", "1f1b", "--profile", "{nan_string}"], "{nan_string}: field stages[0].W is 'NaN'; give a number"),
     (["baseline", "1f1b", "--profile", "{negative}"], "{negative}: field stages[0].B is -1; it must be >= 0"),
     (["baseline", "1f1b", "--profile", "{missing_time}"], "{missing_time}: field stages[0].W is missing; give a number"),
-    (["baseline", "1f1b", "--profile", "{no_source}"], "{no_source}: field source.kind is None; say where the numbers "
+    (["baseline", "1f1b", "--profile", "{no_source}"], "{no_source}: field source is missing; say where the numbers "
      "come from: measured (with device, date), published (with citation) or estimated (with method)"),
     (["baseline", "1f1b", "--profile", "{measured_no_date}"], "{measured_no_date}: field source.date is missing; a "
                                                               "measured profile must state its date"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -175,5 +176,5 @@ def test_a_limit_remembers_its_unit(text: str, unit: str) -> None:
 def test_messages_name_the_profile_file(tmp_path) -> None:
     path = tmp_path / "rel.json"
     relative().save(path)
-    with pytest.raises(MemoryLimitError, match=f"profile {path} gives memory in relative units"):
+    with pytest.raises(MemoryLimitError, match=re.escape(f"profile '{path}' gives memory in relative units")):
         parse_mem_limit("48GiB", load_profile(path))

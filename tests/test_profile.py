@@ -193,7 +193,7 @@ def test_a_loaded_profile_knows_its_path_but_equals_the_same_profile_in_memory(t
     path = tmp_path / "p.json"
     path.write_text(json.dumps(good()))
     loaded, built = load_profile(path), Profile.from_dict(good())
-    assert loaded.path == str(path) and loaded.label == str(path)
+    assert loaded.path == str(path) and loaded.label == repr(str(path))
     assert built.path is None and built.label == "'test'"
     assert loaded == built and repr(loaded) == repr(built).replace("name='profile'", "name='test'")
     assert "path" not in loaded.to_dict()

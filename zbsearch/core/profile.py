@@ -87,7 +87,7 @@ class Profile:
     @property
     def label(self) -> str:
         """How messages name this profile: its file's path when read from one, else its name."""
-        return self.path if self.path is not None else repr(self.name)
+        return repr(self.path if self.path is not None else self.name)
 
     # -- costs under a placement -------------------------------------------------------------
     def chunk_cost(self, placement: Placement, chunk: int) -> StageCost:
