@@ -182,7 +182,7 @@ def test_layers_per_stage_that_is_not_a_list_of_numbers_is_a_usage_error() -> No
     result = invoke("profile", "--estimate", "--gpu", "a100", "--layers-per-stage", "2,x")
     assert result.exit_code == 2
     text = " ".join(result.stderr.replace("\u2502", " ").split())  # rich's error box wraps the message
-    assert "Invalid value for '--layers-per-stage': '2,x': write comma-separated layer counts, e.g. 3,3,2" in text
+    assert "Invalid value for '--layers-per-stage': '2,x' is not a list of layer counts: write e.g. 3,3,2" in text
 
 
 @pytest.mark.parametrize("call, error, fields", [

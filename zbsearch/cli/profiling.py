@@ -15,8 +15,6 @@ from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..core.errors import ProfilerError, ZbsearchError
@@ -27,7 +25,9 @@ from ..profiling.request import (
     DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape, MeasureRequest, PipelineSetup,
     StageSplit,
 )
+from .console import progress_bar, stdout_console
 from .options import JsonOpt
+from .params import IntList, count_list_parser
 
 MODEL_PANEL = "Model"
 MEASURE_PANEL = "Measurement"
@@ -64,18 +64,9 @@ StagesOpt = Annotated[Optional[int], typer.Option(
     help="Pipeline stages. The layers are split by an exact DP minimizing the slowest stage's F+B+W; the gpt "
          "embedding stays on the first stage, the head and loss on the last.",
 )]
-def _layer_counts(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    """`--layers-per-stage 3,3,2` as (3, 3, 2); a usage error (exit 2) when it is not a list of numbers."""
-    if text is None:
-        return None
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: write comma-separated layer counts, e.g. 3,3,2") from None
-
-
-LayersPerStageOpt = Annotated[Optional[str], typer.Option(
-    "--layers-per-stage", metavar="N1,N2,...", rich_help_panel=STAGES_PANEL, callback=_layer_counts,
+LayersPerStageOpt = Annotated[Optional[IntList], typer.Option(
+    "--layers-per-stage", metavar="N1,N2,...", rich_help_panel=STAGES_PANEL,
+    parser=count_list_parser("layer counts", "3,3,2"),
     help="Force the split instead: layers per stage (gpt: transformer layers; embedding and head are added "
          "to the first and last stage). Sets -p.",
 )]
@@ -224,30 +215,6 @@ def headline(profile: Profile) -> str:
     return f"estimated for {src.get('gpu')} at MFU {src.get('mfu')}: not measured"
 
 
-class _Bar:
-    """A rich progress bar over layers and repeats on stderr (silent when stderr is not a terminal)."""
-
-    def __init__(self) -> None:
-        console = Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True, disable=not console.is_terminal,
-        )
-        self.task = None
-
-    def __enter__(self) -> "_Bar":
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
-
-    def __call__(self, done: int, total: int, what: str) -> None:
-        if self.task is None:
-            self.task = self.progress.add_task(what, total=total)
-        self.progress.update(self.task, completed=done, description=what)
-
-
 def profile(
     model: ModelOpt = "gpt",
     layers: LayersOpt = None,
@@ -293,8 +260,7 @@ def profile(
     if gpu is not None and not estimate:
         raise ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
     shape = GptShape(**given)
-    # the option's callback has turned the comma list into a tuple of counts
-    split = StageSplit(stages=p, layers_per_stage=layers_per_stage)  # type: ignore[arg-type]
+    split = StageSplit(stages=p, layers_per_stage=layers_per_stage)
     setup = PipelineSetup(microbatches=m, link_gbps=link_gbps, optimizer=optimizer, torch_stage0=torch_stage0)
     with _naming_flags():
         if estimate:
@@ -303,7 +269,7 @@ def profile(
         else:
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
                                      interleave=interleave)
-            with _Bar() as bar:
+            with progress_bar("profiling") as bar:
                 result = profile_measured(model, split, setup, request, shape=shape, attention=attention, seed=seed,
                                           name=name, progress=bar)
     if output is not None:
@@ -324,7 +290,7 @@ def _estimate(model: str, shape: GptShape, gpu: Optional[str], split: StageSplit
 
 
 def _print_summary(result: Profile, output: Optional[Path]) -> None:
-    out = Console(highlight=False, soft_wrap=True)
+    out = stdout_console()
     out.print(summary_table(result))
     out.print(headline(result))
     for note in result.details.get("notes", []):
