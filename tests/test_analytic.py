@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.plan.analytic import (
-    CLOSED_FORM, SIMULATOR, Estimate, PassTimes, PlanError, PlanRow, TargetM, below, bubble_fraction,
-    bubble_ratio, bubble_time, closed_form, estimate, m_problem, microbatches_for_target,
-    microbatches_from_batch, min_microbatches, next_valid_m, p2p_relative, parameter_copies,
-    peak_activation_memory, plan, previous_valid_m, profile_for, recommend, simulated,
+from zbsearch.core.errors import PlanError
+from zbsearch.plan.closed_forms import (
+    CLOSED_FORM, SIMULATOR, Estimate, PassTimes, bubble_fraction, bubble_ratio, bubble_time, closed_form, estimate,
+    m_problem, next_valid_m, p2p_relative, parameter_copies, peak_activation_memory, previous_valid_m, profile_for,
+    simulated,
 )
+from zbsearch.plan.microbatches import TargetM, below, microbatches_for_target, min_microbatches
+from zbsearch.plan.planner import PlanRow, microbatches_from_batch, plan, recommend
 from zbsearch.cli.app import app
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.profile import load_profile
@@ -230,7 +232,7 @@ def test_target_and_batch_checks():
     assert microbatches_from_batch(512, 16, 1) == 32
     with pytest.raises(PlanError, match="multiple of 48"):
         microbatches_from_batch(1000, 16, 3)
-    with pytest.raises(PlanError, match="--dp"):
+    with pytest.raises(PlanError, match="^dp 0 is not a count"):
         microbatches_from_batch(64, 0, 1)
     assert next_valid_m("dualpipe", 4, 9) == 10 and next_valid_m("interleaved-1f1b", 4, 9, 2) == 12
 
