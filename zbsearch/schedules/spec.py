@@ -85,7 +85,7 @@ class MicrobatchRule:
 BubbleFn = Callable[[int, int, int, PassTimes, str], BubbleForm]   # (p, m, v, times, objective)
 PeakFn = Callable[[int, int, int], float]                          # (p, m, v) -> M_B, busiest rank
 HopsFn = Callable[[int, int], int]                                 # (p, v) -> rank-to-rank hops
-RanksFn = Callable[[int], "str | None"]                            # p -> what it needs, or None
+RanksFn = Callable[[int], str | None]                              # p -> what it needs, or None
 MicrobatchFn = Callable[[int, int], MicrobatchRule]                # (p, v) -> the rule on m
 
 
