@@ -35,7 +35,7 @@ from collections import deque
 
 from ..core.ir import BW, Action, B, F, Schedule, W, build, overlap, vshape
 from ..core.ir import dualpipe as dualpipe_placement
-from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, close, no_comm, v_hops
+from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, close, exceeds, no_comm, v_hops
 
 
 def _phases(P: int, M: int, h: int, chunks: tuple[int, int], first_mb: tuple[int, int]) -> list[Action]:
@@ -119,7 +119,7 @@ def _failed(t: PassTimes) -> list[str]:
     no_comm(t, failed)
     if not close(t.F, t.B):
         failed.append("F != B")
-    if t.W > t.F and not close(t.W, t.F):
+    if exceeds(t.W, t.F):
         failed.append("W > F")
     if t.full_backward is not None and not close(t.full_backward, t.B + t.W):
         failed.append("full_backward != B + W")

@@ -22,6 +22,11 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
+def exceeds(a: float, b: float) -> bool:
+    """a > b by more than rounding: a condition like W <= F fails."""
+    return a > b and not close(a, b)
+
+
 @dataclass(frozen=True)
 class PassTimes:
     """One stage's per-microbatch times, the same on every stage (what the closed forms assume)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..core.ir import Action, B, F, Schedule, W, build, linear
 from .one_f_one_b import one_stage_peak
-from .spec import BubbleForm, PassTimes, ScheduleSpec, close, no_comm
+from .spec import BubbleForm, PassTimes, ScheduleSpec, exceeds, no_comm
 
 
 def _split_backward_1f1b(r: int, m: int, warmup: int, held: int) -> list[Action]:
@@ -58,16 +58,12 @@ def zb_h2(p: int, m: int) -> Schedule:
     return build("zb-h2", linear(p), m, ranks)
 
 
-def _exceeds(a: float, b: float) -> bool:
-    return a > b and not close(a, b)
-
-
 def _h1_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
     failed: list[str] = []
     no_comm(t, failed)
-    if _exceeds(t.W, t.F):
+    if exceeds(t.W, t.F):
         failed.append("W > F")
-    if _exceeds(t.W, t.B):
+    if exceeds(t.W, t.B):
         failed.append("W > B")
     if m < p:
         failed.append("m < p")
@@ -78,11 +74,11 @@ def _h1_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleFo
 def _h2_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
     F, B, W, c = t.F, t.B, t.W, t.comm
     failed: list[str] = []
-    if _exceeds(W, F):
+    if exceeds(W, F):
         failed.append("W > F")
-    if _exceeds(2 * W, F + B):
+    if exceeds(2 * W, F + B):
         failed.append("2W > F + B")
-    if _exceeds(2 * c, F + B):
+    if exceeds(2 * c, F + B):
         failed.append("2c > F + B")
     if m < 2 * p - 1:
         failed.append("m < 2p-1")
