@@ -1,5 +1,7 @@
 """The planner's closed forms against the simulator, the microbatch count a target needs, the
-recommendation rules, and `zbsearch plan` through typer's CliRunner.
+recommendation rules, and `zbsearch plan` through typer's CliRunner. tests/test_schedules_spec.py
+checks every record's forms, peak memory, P2P hops and copies over a grid of p and m; here, the
+figures the docs quote and the conditions each form states.
 
 Where a closed form is exact (its stated conditions hold) it must equal the simulator to rounding,
 under both cost conventions, for several p, m and pass times. Where it is not (V-Half, V-Min, or a
@@ -14,12 +16,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.plan.analytic import (
-    CLOSED_FORM, SIMULATOR, Estimate, PassTimes, PlanError, PlanRow, TargetM, below, bubble_fraction,
-    bubble_ratio, bubble_time, closed_form, estimate, m_problem, microbatches_for_target,
-    microbatches_from_batch, min_microbatches, next_valid_m, p2p_relative, parameter_copies,
-    peak_activation_memory, plan, previous_valid_m, profile_for, recommend, simulated,
+from zbsearch.core.errors import PlanError
+from zbsearch.plan.closed_forms import (
+    CLOSED_FORM, SIMULATOR, Estimate, PassTimes, bubble_fraction, bubble_ratio, bubble_time, closed_form, estimate,
+    m_problem, next_valid_m, peak_activation_memory, previous_valid_m, profile_for,
+    simulated,
 )
+from zbsearch.plan.microbatches import TargetM, below, microbatches_for_target, min_microbatches
+from zbsearch.plan.planner import PlanRow, microbatches_from_batch, plan, recommend
 from zbsearch.cli.app import app
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.profile import load_profile
@@ -98,20 +102,6 @@ def test_closed_form_equals_simulator_where_exact(name, p, m, t):
     assert est.peak_memory == pytest.approx(max(timeline.peak_memory(r) for r in range(p)))
 
 
-@pytest.mark.parametrize("name,v", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 3), ("zb-h1", 1),
-                                    ("zb-h2", 1), ("zb-v", 1), ("dualpipe", 1), ("dualpipev", 1)])
-@pytest.mark.parametrize("mem_W", [0.0, 0.5, 1.0])
-def test_peak_memory_is_exact_for_any_m_and_mem_w(name, v, mem_W):
-    for p in (2, 3, 4, 6):
-        for m in range(1, 3 * p + 1):
-            if m_problem(name, p, m, v) or (name == "dualpipe" and p % 2):
-                continue
-            peak, exact = peak_activation_memory(name, p, m, v)
-            assert exact
-            _, timeline = _sim(name, p, m, (1.0, 1.0, 1.0), v if v > 1 else None, mem_W)
-            assert max(timeline.peak_memory(r) for r in range(p)) == pytest.approx(peak), (p, m)
-
-
 # Where the formula is not exact: (schedule, p, m, times, objective) -> (formula, simulator), measured.
 DIFFERENCES = {
     ("v-half", 4, 16, (1, 1, 1, 0), "makespan"): (4.5, 3.0),
@@ -169,22 +159,6 @@ def test_bubble_time_conventions():
         bubble_time("1f1b", 4, 8, objective="wall")
 
 
-# -- communication and copies ----------------------------------------------------------------------
-
-@pytest.mark.parametrize("name,v", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 4),
-                                    ("zb-h1", 1), ("zb-h2", 1), ("zb-v", 1), ("dualpipe", 1), ("dualpipev", 1),
-                                    ("v-half", 1), ("v-min", 1)])
-def test_p2p_and_copies_follow_the_placement(name, v):
-    p, m = 4, 16
-    placement = generate(name, p, m, v if name == "interleaved-1f1b" else None).placement
-    hops = sum(
-        sum(placement.chunk_to_rank[a] != placement.chunk_to_rank[b] for a, b in zip(route, route[1:]))
-        for route in (placement.route(i, m) for i in range(m))
-    )
-    assert p2p_relative(name, p, v) == pytest.approx(hops / (m * (p - 1)))
-    assert parameter_copies(name) == len(placement.routes)
-
-
 # -- microbatches for a target ------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,p,v", [("interleaved-1f1b", 4, 2), ("interleaved-1f1b", 8, 4), ("dualpipe", 4, 1),
@@ -230,7 +204,7 @@ def test_target_and_batch_checks():
     assert microbatches_from_batch(512, 16, 1) == 32
     with pytest.raises(PlanError, match="multiple of 48"):
         microbatches_from_batch(1000, 16, 3)
-    with pytest.raises(PlanError, match="--dp"):
+    with pytest.raises(PlanError, match="^dp 0 is not a count"):
         microbatches_from_batch(64, 0, 1)
     assert next_valid_m("dualpipe", 4, 9) == 10 and next_valid_m("interleaved-1f1b", 4, 9, 2) == 12
 

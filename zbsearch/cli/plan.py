@@ -1,16 +1,18 @@
 """`zbsearch plan`: every handcrafted schedule's bubble, memory and communication at one (p, m), the
 microbatch count a bubble target needs, and a one-line recommendation.
 
-Parses the command line, calls `analytic.plan` and renders; errors are ZbsearchError subclasses that
-the CLI's group prints on one line. The options shared with other commands come from inputs.py; the
-ones only the planner takes are declared here, once.
+Parses the command line, calls `zbsearch.plan.planner.plan` and renders; errors are ZbsearchError
+subclasses that the CLI's group prints on one line, prefixed here with the option they came from.
+The options shared with other commands come from options.py; the ones only the planner takes are
+declared here, once.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Optional
+from functools import partial
+from typing import Annotated, Callable, Optional, TypeVar
 
 import typer
 from rich import box
@@ -18,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..plan.analytic import (
-    CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, Plan, PlanError, PlanRow,
-    check_objective, check_target, microbatches_from_batch, plan,
-)
+from ..core.errors import PlanError
+from ..plan.closed_forms import CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, check_objective
+from ..plan.microbatches import check_target
+from ..plan.planner import Plan, PlanRow, microbatches_from_batch, plan
 from .options import (
     PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
     UniformMemoryOpt, UniformOpt, check_chunks, load_problem,
@@ -30,6 +32,7 @@ from ..core.memory import parse_mem_limit
 from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
+T = TypeVar("T")
 
 GlobalBatchOpt = Annotated[Optional[int], typer.Option(
     "--global-batch", metavar="B", rich_help_panel=PROBLEM_PANEL,
@@ -49,6 +52,14 @@ TargetBubbleOpt = Annotated[float, typer.Option(
 )]
 
 
+def _for_option(option: str, check: Callable[[], T]) -> T:
+    """Run a library check and name the command-line option its PlanError is about."""
+    try:
+        return check()
+    except PlanError as exc:
+        raise PlanError(f"{option}: {exc}") from None
+
+
 def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro_batch: int | None) -> tuple[int | None, str]:
     """(m or None for the default, where it came from)."""
     if global_batch is None:
@@ -61,7 +72,8 @@ def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro
     if dp is None or micro_batch is None:
         raise PlanError(f"--global-batch {global_batch} needs --dp D and --micro-batch b to give "
                         "m = global batch / (dp x micro-batch)")
-    derived = microbatches_from_batch(global_batch, dp, micro_batch)
+    derived = _for_option("--global-batch / --dp / --micro-batch",
+                          partial(microbatches_from_batch, global_batch, dp, micro_batch))
     return derived, f"--global-batch {global_batch} / (dp {dp} x micro-batch {micro_batch})"
 
 
@@ -151,8 +163,8 @@ def plan_command(
     with one recommendation: never over the limit; the smallest bubble; ties to less memory, then less
     communication. m comes from -m, or from --global-batch / (--dp x --micro-batch).
     """
-    check_target(target_bubble)
-    check_objective(objective)
+    _for_option("--target-bubble", partial(check_target, target_bubble))
+    _for_option("--objective", partial(check_objective, objective))
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")

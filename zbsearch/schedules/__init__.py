@@ -1,51 +1,32 @@
-"""Handcrafted schedules, each a generator `(p, m[, chunks]) -> Schedule` in its own module.
+"""Handcrafted schedules, each a generator `(p, m[, chunks]) -> Schedule` in its own module, each
+described by one `ScheduleSpec` record (spec.py) that the module defines next to its generator.
 
 Generators are pure: they return per-rank action lists and never look at a profile. The registry
-imports a generator's module only when it is asked for, so a user asking for 1F1B never pays for
-the others.
+below collects every module's records, in the order `zbsearch list` and the planner show them:
+adding a schedule means writing its module (generator and record) and, for a new module, adding it
+to `_MODULES`.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-
 from ..core.errors import PreconditionError
 from ..core.ir import Schedule
+from . import dualpipe, gpipe, interleaved, one_f_one_b, vshape, zbv, zero_bubble
+from .spec import MicrobatchRule, PassTimes, ScheduleSpec
 
+_MODULES = (gpipe, one_f_one_b, interleaved, zero_bubble, zbv, dualpipe, vshape)
 
-@dataclass(frozen=True)
-class Generator:
-    name: str
-    module: str
-    function: str
-    summary: str
-    takes_chunks: bool = False
-    default_chunks: int | None = None
-    # Name of the placement its schedules use (Placement.name), so a search on one placement can
-    # skip the others without generating them; interleaved-1f1b with one chunk is linear.
-    placement: str = "linear"
+REGISTRY: dict[str, ScheduleSpec] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 
-
-REGISTRY: dict[str, Generator] = {g.name: g for g in (
-    Generator("gpipe", "gpipe", "gpipe", "all forwards, then all full backwards"),
-    Generator("1f1b", "one_f_one_b", "one_f_one_b", "PipeDream-Flush: warm-up forwards, then one forward / one full backward"),
-    Generator("interleaved-1f1b", "interleaved", "interleaved_1f1b", "Megatron's interleaved 1F1B with V chunks per rank (looped)", True, 2, "interleaved"),
-    Generator("zb-h1", "zero_bubble", "zb_h1", "Zero Bubble H1: 1F1B with B/W split, W deferred into the drain; 1F1B memory"),
-    Generator("zb-h2", "zero_bubble", "zb_h2", "Zero Bubble H2: extra warm-up forwards, W fills the drain; ~2p memory"),
-    Generator("zb-v", "zbv", "zb_v", "Zero Bubble V: V-shape, 2 chunks per rank, 1F1B memory", placement="v"),
-    Generator("dualpipe", "dualpipe", "dualpipe", "DeepSeek DualPipe: two directions, overlapped F&B pairs; p even", placement="dualpipe"),
-    Generator("dualpipev", "dualpipe", "dualpipev", "DualPipeV: DualPipe cut in half on a V-shape placement", placement="v"),
-    Generator("v-half", "vshape", "v_half", "V-Half: V-shape with about half of 1F1B's activation memory", placement="v"),
-    Generator("v-min", "vshape", "v_min", "V-Min: V-shape with about a third of 1F1B's activation memory", placement="v"),
-)}
+# The record's name before it held the closed forms; kept for code that still imports it.
+Generator = ScheduleSpec
 
 
 def names() -> list[str]:
     return list(REGISTRY)
 
 
-def get(name: str) -> Generator:
+def get(name: str) -> ScheduleSpec:
     try:
         return REGISTRY[name.lower()]
     except KeyError:
@@ -54,14 +35,17 @@ def get(name: str) -> Generator:
 
 def generate(name: str, p: int, m: int, chunks: int | None = None) -> Schedule:
     """Build the named handcrafted schedule for p ranks and m microbatches."""
-    gen = get(name)
+    spec = get(name)
     if not isinstance(p, int) or p < 1:
-        raise PreconditionError(f"{gen.name} needs p >= 1 ranks, got {p!r}")
+        raise PreconditionError(f"{spec.name} needs p >= 1 ranks, got {p!r}")
     if not isinstance(m, int) or m < 1:
-        raise PreconditionError(f"{gen.name} needs m >= 1 microbatches, got {m!r}")
-    func = getattr(importlib.import_module(f"{__name__}.{gen.module}"), gen.function)
-    if gen.takes_chunks:
-        return func(p, m, chunks if chunks is not None else gen.default_chunks)
-    if chunks not in (None, gen.default_chunks):
-        raise PreconditionError(f"{gen.name} has a fixed placement; --chunks applies to interleaved-1f1b only")
-    return func(p, m)
+        raise PreconditionError(f"{spec.name} needs m >= 1 microbatches, got {m!r}")
+    if spec.takes_chunks:
+        return spec.generator(p, m, chunks if chunks is not None else spec.default_chunks)
+    if chunks not in (None, spec.default_chunks):
+        chosen = ", ".join(s.name for s in REGISTRY.values() if s.takes_chunks)
+        raise PreconditionError(f"{spec.name} has a fixed placement; a chunk count applies to {chosen} only")
+    return spec.generator(p, m)
+
+
+__all__ = ["REGISTRY", "Generator", "MicrobatchRule", "PassTimes", "ScheduleSpec", "generate", "get", "names"]

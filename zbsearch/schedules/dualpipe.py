@@ -35,7 +35,7 @@ from collections import deque
 
 from ..core.ir import BW, Action, B, F, Schedule, W, build, overlap, vshape
 from ..core.ir import dualpipe as dualpipe_placement
-from ._common import require
+from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, close, exceeds, no_comm, v_hops
 
 
 def _phases(P: int, M: int, h: int, chunks: tuple[int, int], first_mb: tuple[int, int]) -> list[Action]:
@@ -92,7 +92,7 @@ def _phases(P: int, M: int, h: int, chunks: tuple[int, int], first_mb: tuple[int
 
 def dualpipev(p: int, m: int) -> Schedule:
     """DualPipeV on the V-shape placement: p ranks, 2p chunks, m >= 2p microbatches."""
-    require(m >= 2 * p, "dualpipev", "m >= 2p (every rank needs at least one main-phase round)", p, m)
+    DUALPIPEV.require(p, m)
     ranks = [_phases(p, m, r, (r, 2 * p - 1 - r), (0, 0)) for r in range(p)]
     return build("dualpipev", vshape(p), m, ranks)
 
@@ -100,9 +100,7 @@ def dualpipev(p: int, m: int) -> Schedule:
 def dualpipe(p: int, m: int) -> Schedule:
     """DualPipe on two model copies: p even ranks, m even microbatches with m >= 2p; the first m/2
     enter at rank 0, the other m/2 at rank p-1."""
-    require(p % 2 == 0, "dualpipe", "p even (half the ranks lead each direction)", p, m)
-    require(m % 2 == 0 and m >= 2 * p, "dualpipe",
-            "m even and m >= 2p (m/2 microbatches per direction, at least p of them)", p, m)
+    DUALPIPE.require(p, m)
     placement = dualpipe_placement(p)
     half = m // 2
     ranks = []
@@ -114,3 +112,48 @@ def dualpipe(p: int, m: int) -> Schedule:
             chunks, first_mb = (up, down), (half, 0)
         ranks.append(_phases(p // 2, half, min(r, p - 1 - r), chunks, first_mb))
     return build("dualpipe", placement, m, ranks)
+
+
+def _failed(t: PassTimes) -> list[str]:
+    failed: list[str] = []
+    no_comm(t, failed)
+    if not close(t.F, t.B):
+        failed.append("F != B")
+    if exceeds(t.W, t.F):
+        failed.append("W > F")
+    if t.full_backward is not None and not close(t.full_backward, t.B + t.W):
+        failed.append("full_backward != B + W")
+    return failed
+
+
+_CONDITIONS = ("identical stages, comm 0, F = B, W <= F; F&B pairs cost F + full backward (no overlap "
+               "credit); DeepSeek's (P/2-1)(F&B + B_full - 3W) with P the stages one direction crosses")
+
+
+def _dualpipe_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    return BubbleForm((p / 2 - 1) * (t.F + 2 * t.B - t.W), "(p/2-1)(F+2B-W)",
+                      _CONDITIONS + "; p even, m even, m >= 2p", _failed(t), 2 * p)
+
+
+def _dualpipev_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    return BubbleForm((p - 1) * (t.F + 2 * t.B - t.W) / 2, "(p-1)(F+2B-W)/2", _CONDITIONS + "; m >= 2p",
+                      _failed(t), 2 * p)
+
+
+def _even_ranks(p: int) -> str | None:
+    return None if p % 2 == 0 else "p even (half the ranks lead each direction)"
+
+
+DUALPIPE = ScheduleSpec(
+    "dualpipe", "DeepSeek DualPipe: two directions, overlapped F&B pairs; p even", dualpipe, _dualpipe_bubble,
+    peak_memory=lambda p, m, v: p + 1.0, placement="dualpipe", fixed_chunks=2, param_copies=2,
+    ranks_rule=_even_ranks,
+    microbatch_rule=lambda p, v: MicrobatchRule(2 * p, 2, "m even and m >= 2p",
+                                                "m/2 microbatches per direction, at least p of them"),
+)
+DUALPIPEV = ScheduleSpec(
+    "dualpipev", "DualPipeV: DualPipe cut in half on a V-shape placement", dualpipev, _dualpipev_bubble,
+    peak_memory=lambda p, m, v: p + 0.5, placement="v", fixed_chunks=2, p2p_hops=v_hops,
+    microbatch_rule=lambda p, v: MicrobatchRule(2 * p, 1, "m >= 2p", "every rank needs at least one main-phase round"),
+)
+SPECS = (DUALPIPE, DUALPIPEV)

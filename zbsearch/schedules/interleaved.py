@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..core.ir import BW, Action, F, Schedule, build, interleaved
-from ._common import require
+from . import one_f_one_b
+from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, no_comm
 
 
 def _pass(kind: Callable[[int, int], Action], k: int, r: int, p: int, v: int) -> Action:
@@ -36,10 +37,7 @@ def _pass(kind: Callable[[int, int], Action], k: int, r: int, p: int, v: int) ->
 
 def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     """Interleaved 1F1B with v chunks per rank (looped placement); m must be a multiple of p."""
-    require(isinstance(v, int) and v >= 1, "interleaved-1f1b", f"v >= 1 chunks per rank (got v={v!r})", p, m)
-    if v > 1:
-        require(m % p == 0, "interleaved-1f1b",
-                f"m a multiple of p (microbatches run in groups of p; with v={v} chunks per rank)", p, m)
+    SPEC.require(p, m, v)
     total = m * v
     ranks = []
     for r in range(p):
@@ -51,3 +49,34 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
         order += [_pass(BW, k, r, p, v) for k in range(total - warmup, total)]  # phase 3: drain
         ranks.append(order)
     return build("interleaved-1f1b", interleaved(p, v), m, ranks, chunks_per_rank=v)
+
+
+def _microbatches(p: int, v: int) -> MicrobatchRule:
+    if v == 1:
+        return MicrobatchRule()
+    return MicrobatchRule(p, p, "m a multiple of p", f"microbatches run in groups of p; with v={v} chunks per rank")
+
+
+def _bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    if v == 1:
+        return one_f_one_b.bubble(p, m, v, t, objective)
+    failed: list[str] = []
+    no_comm(t, failed)
+    return BubbleForm((p - 1) * (t.F + t.BW) / v, "(p-1)(F+BW)/v",
+                      "identical stages split evenly over v chunks, comm 0; m a multiple of p", failed, p)
+
+
+def _peak(p: int, m: int, v: int) -> float:
+    """Rank 0, m a multiple of p: p + (p-1)/v stages' activations, capped at m."""
+    if v == 1:
+        return one_f_one_b.one_stage_peak(p, m, v)
+    return min(p + (p - 1) / v, float(m))
+
+
+SPEC = ScheduleSpec(
+    "interleaved-1f1b", "Megatron's interleaved 1F1B with V chunks per rank (looped)", interleaved_1f1b, _bubble,
+    peak_memory=_peak, placement="interleaved", takes_chunks=True, default_chunks=2, fused_backward=True,
+    # Every one of the v p - 1 chunk boundaries a microbatch crosses is between two ranks.
+    p2p_hops=lambda p, v: v * p - 1, microbatch_rule=_microbatches, one_chunk_twin="1f1b",
+)
+SPECS = (SPEC,)

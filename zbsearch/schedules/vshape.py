@@ -32,6 +32,7 @@ from collections import deque
 from typing import Callable
 
 from ..core.ir import Action, B, F, Kind, Schedule, W, build, vshape
+from .spec import BubbleForm, PassTimes, ScheduleSpec, v_hops
 
 PERIOD = 6  # slots per microbatch on a rank: F0, F1, B1, B0 and two W
 F0, F1, B1, B0 = range(4)  # the four block passes, in the order a microbatch meets them on the V
@@ -130,7 +131,8 @@ def _squeeze(p: int, times: dict[Slot, int], horizon: int) -> None:
                 break
 
 
-def _from_block(name: str, p: int, m: int, offsets: Offsets) -> Schedule:
+def _from_block(spec: ScheduleSpec, p: int, m: int, offsets: Offsets) -> Schedule:
+    spec.require(p, m)
     times: dict[Slot, int] = {}
     for r in range(p):
         for kind, offset in enumerate(offsets(p, r)):
@@ -160,14 +162,40 @@ def _from_block(name: str, p: int, m: int, offsets: Offsets) -> Schedule:
                 pending_w.append(W(action.chunk, action.microbatch))
         order += pending_w
         ranks.append(order)
-    return build(name, vshape(p), m, ranks)
+    return build(spec.name, vshape(p), m, ranks)
 
 
 def v_half(p: int, m: int) -> Schedule:
     """V-Half: about half of 1F1B's peak activation memory; any p, m >= 1."""
-    return _from_block("v-half", p, m, _v_half_offsets)
+    return _from_block(V_HALF, p, m, _v_half_offsets)
 
 
 def v_min(p: int, m: int) -> Schedule:
     """V-Min: about a third of 1F1B's peak activation memory; any p, m >= 1."""
-    return _from_block("v-min", p, m, _v_min_offsets)
+    return _from_block(V_MIN, p, m, _v_min_offsets)
+
+
+def _v_half_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    return BubbleForm((p - 1) * (t.F + t.B + t.W) / 2, "~(p-1)(F+B+W)/2",
+                      "approximation: about half of 1F1B's bubble (arXiv 2405.15362); not exact for any times",
+                      [], 2 * p, approximate=True)
+
+
+def _v_min_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    return BubbleForm(2 * (p - 1) * (t.F + t.B + t.W) / 3, "~2(p-1)(F+B+W)/3",
+                      "approximation: about two thirds of 1F1B's bubble (arXiv 2405.15362); not exact for any times",
+                      [], 2 * p, approximate=True)
+
+
+# Peak memory measured at M_W = M_B/2 and m >= 2p (see the module docstring), not a closed form.
+V_HALF = ScheduleSpec(
+    "v-half", "V-Half: V-shape with about half of 1F1B's activation memory", v_half, _v_half_bubble,
+    peak_memory=lambda p, m, v: min(p // 2 + 1.0, float(m)), peak_memory_exact=False, placement="v",
+    fixed_chunks=2, p2p_hops=v_hops,
+)
+V_MIN = ScheduleSpec(
+    "v-min", "V-Min: V-shape with about a third of 1F1B's activation memory", v_min, _v_min_bubble,
+    peak_memory=lambda p, m, v: min((2 * (p + 3) // 3) / 2, float(m)), peak_memory_exact=False, placement="v",
+    fixed_chunks=2, p2p_hops=v_hops,
+)
+SPECS = (V_HALF, V_MIN)

@@ -22,10 +22,13 @@ does: the order stays valid and simply has idle time.
 from __future__ import annotations
 
 from ..core.ir import Action, B, F, Schedule, W, build, vshape
+from .one_f_one_b import one_stage_peak
+from .spec import BubbleForm, PassTimes, ScheduleSpec, close, no_comm, v_hops
 
 
 def zb_v(p: int, m: int) -> Schedule:
     """ZB-V for p ranks (2p chunks) and any m >= 1 microbatches."""
+    SPEC.require(p, m)
     n = max(m, 2 * p - 1)   # the phase counts below assume the pipeline can be filled
     ranks = []
     for r in range(p):
@@ -64,3 +67,23 @@ def zb_v(p: int, m: int) -> Schedule:
         order += [W(c0, i) for i in range(w0, b0)]
         ranks.append([a for a in order if a.microbatch < m])
     return build("zb-v", vshape(p), m, ranks)
+
+
+def _bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    failed: list[str] = []
+    no_comm(t, failed)
+    if not (close(t.F, t.B) and close(t.B, t.W)):
+        failed.append("F, B, W not all equal")
+    if m < 2 * p - 1:
+        failed.append("m < 2p-1")
+    cond = "identical stages, comm 0, m >= 2p-1, F = B = W"
+    if objective == "span":
+        return BubbleForm(0.0, "0", cond, failed, 2 * p - 1)
+    return BubbleForm((p - 1) * t.F / 2, "(p-1)F/2", cond, failed, 2 * p - 1)
+
+
+SPEC = ScheduleSpec(
+    "zb-v", "Zero Bubble V: V-shape, 2 chunks per rank, 1F1B memory", zb_v, _bubble,
+    peak_memory=one_stage_peak, placement="v", fixed_chunks=2, p2p_hops=v_hops,
+)
+SPECS = (SPEC,)

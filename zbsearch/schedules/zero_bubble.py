@@ -24,7 +24,8 @@ closed forms no longer hold.
 from __future__ import annotations
 
 from ..core.ir import Action, B, F, Schedule, W, build, linear
-from ._common import require
+from .one_f_one_b import one_stage_peak
+from .spec import BubbleForm, PassTimes, ScheduleSpec, exceeds, no_comm
 
 
 def _split_backward_1f1b(r: int, m: int, warmup: int, held: int) -> list[Action]:
@@ -45,13 +46,55 @@ def _split_backward_1f1b(r: int, m: int, warmup: int, held: int) -> list[Action]
 
 def zb_h1(p: int, m: int) -> Schedule:
     """ZB-H1: 1F1B's warm-up (p-r-1 forwards) with rank r holding back its first r W to the end."""
-    require(p >= 1 and m >= 1, "zb-h1", "p >= 1 and m >= 1", p, m)
+    ZB_H1.require(p, m)
     ranks = [_split_backward_1f1b(r, m, p - r - 1, r) for r in range(p)]
     return build("zb-h1", linear(p), m, ranks)
 
 
 def zb_h2(p: int, m: int) -> Schedule:
     """ZB-H2: 2(p-r-1) warm-up forwards (2p-1 in flight on rank 0) with rank r holding back 2r W."""
-    require(p >= 1 and m >= 1, "zb-h2", "p >= 1 and m >= 1", p, m)
+    ZB_H2.require(p, m)
     ranks = [_split_backward_1f1b(r, m, 2 * (p - r - 1), 2 * r) for r in range(p)]
     return build("zb-h2", linear(p), m, ranks)
+
+
+def _h1_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    failed: list[str] = []
+    no_comm(t, failed)
+    if exceeds(t.W, t.F):
+        failed.append("W > F")
+    if exceeds(t.W, t.B):
+        failed.append("W > B")
+    if m < p:
+        failed.append("m < p")
+    return BubbleForm((p - 1) * (t.F + t.B - t.W), "(p-1)(F+B-W)", "identical stages, comm 0, m >= p, W <= min(F, B)",
+                      failed, p)
+
+
+def _h2_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
+    F, B, W, c = t.F, t.B, t.W, t.comm
+    failed: list[str] = []
+    if exceeds(W, F):
+        failed.append("W > F")
+    if exceeds(2 * W, F + B):
+        failed.append("2W > F + B")
+    if exceeds(2 * c, F + B):
+        failed.append("2c > F + B")
+    if m < 2 * p - 1:
+        failed.append("m < 2p-1")
+    cond = "identical stages, m >= 2p-1, W <= F, 2W <= F+B, 2c <= F+B"
+    if objective == "span":
+        return BubbleForm((p - 1) * (F + B + 2 * c - 2 * W), "(p-1)(F+B+2c-2W)", cond, failed, 2 * p - 1)
+    return BubbleForm((p - 1) * max(F + c, F + B + 2 * c - 2 * W), "(p-1)max(F+c, F+B+2c-2W)", cond, failed,
+                      2 * p - 1)
+
+
+ZB_H1 = ScheduleSpec(
+    "zb-h1", "Zero Bubble H1: 1F1B with B/W split, W deferred into the drain; 1F1B memory", zb_h1, _h1_bubble,
+    peak_memory=one_stage_peak,
+)
+ZB_H2 = ScheduleSpec(
+    "zb-h2", "Zero Bubble H2: extra warm-up forwards, W fills the drain; ~2p memory", zb_h2, _h2_bubble,
+    peak_memory=lambda p, m, v: float(min(2 * p - 1, m)),
+)
+SPECS = (ZB_H1, ZB_H2)
