@@ -432,7 +432,7 @@ BAD_ARGS = [
     (["baseline", "no-such-schedule", "--uniform", "1,1,1", "-p", "4"],
      "unknown schedule 'no-such-schedule': choose one of " + ", ".join(REGISTRY)),
     (["baseline", "1f1b", "--uniform", "1,1,1", "-p", "4", "--chunks", "3"],
-     "1f1b has a fixed placement; --chunks applies to interleaved-1f1b only"),
+     "1f1b has a fixed placement; a chunk count applies to interleaved-1f1b only"),
     (["baseline", "dualpipe", "--uniform", "1,1,1", "-p", "3"],
      "dualpipe needs p even (half the ranks lead each direction); got p=3, m=6"),
     (["baseline", "1f1b", "--uniform", "1,1,1", "-p", "4", "-o", "{missing}/x/s.json"],
