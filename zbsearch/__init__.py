@@ -1,8 +1,14 @@
 """zbsearch: pipeline-parallel schedule search.
 
 The flow is profile -> problem -> (heuristics | CP-SAT) -> schedule -> validate -> simulate/report ->
-export/run; each step is a module, and a `Schedule` (ir.py) is the plain data they all read.
+export/run; each step is a subpackage, and a `Schedule` (core/ir.py) is the plain data they all read.
+docs/architecture.md describes the layout and this API.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .core.errors import (
     DependencyError, FileError, InfeasibleError, MemoryLimitError, PartitionError, PlanError, PreconditionError,
@@ -11,16 +17,37 @@ from .core.errors import (
 from .core.ir import Action, Kind, Placement, Schedule
 from .core.memory import MemoryLimit, parse_mem_limit
 from .core.profile import Profile, StageCost, load_profile, parse_uniform, uniform_profile
-from .sim.summary import summarize
-from .schedules import generate
+from .schedules import REGISTRY, ScheduleSpec, generate
 from .sim.simulate import Timeline, simulate
+from .sim.summary import Summary, summarize
 from .sim.validate import check, validate
 
 __version__ = "0.1.0"
 
+# Names loaded on first use: the search pulls in OR-Tools, which `import zbsearch` should not pay for.
+_LAZY = {
+    "Problem": "core.problem", "make_problems": "core.problem",
+    "solve": "search.solve", "solve_placements": "search.solve", "SolveResult": "search.solve",
+    "SolveReport": "search.solve_report",
+    "export": "interop.export", "import_torch_csv": "interop.torch_import",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'zbsearch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
-    "Action", "DependencyError", "FileError", "InfeasibleError", "PartitionError", "ProfilerError", "RunError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PlanError", "PreconditionError",
-    "Profile", "ProfileError", "Schedule", "ScheduleError", "StageCost", "Timeline", "ZbsearchError",
-    "check", "generate", "load_profile", "parse_mem_limit", "parse_uniform", "simulate", "summarize",
-    "uniform_profile", "validate",
+    "Action", "DependencyError", "FileError", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError",
+    "PartitionError", "Placement", "PlanError", "PreconditionError", "Problem", "Profile", "ProfileError",
+    "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SolveReport",
+    "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "generate",
+    "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "parse_uniform", "simulate",
+    "solve", "solve_placements", "summarize", "uniform_profile", "validate",
 ]
