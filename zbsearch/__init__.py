@@ -10,7 +10,7 @@ from .core.errors import (
 )
 from .core.ir import Action, Kind, Placement, Schedule
 from .core.memory import MemoryLimit, parse_mem_limit
-from .core.profile import Profile, StageCost, load_profile, parse_uniform, uniform_profile
+from .core.profile import Profile, StageCost, load_profile, uniform_profile
 from .sim.summary import summarize
 from .schedules import generate
 from .sim.simulate import Timeline, simulate
@@ -21,6 +21,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Action", "DependencyError", "FileError", "InfeasibleError", "PartitionError", "ProfilerError", "RunError", "Kind", "MemoryLimit", "MemoryLimitError", "Placement", "PlanError", "PreconditionError",
     "Profile", "ProfileError", "Schedule", "ScheduleError", "StageCost", "Timeline", "ZbsearchError",
-    "check", "generate", "load_profile", "parse_mem_limit", "parse_uniform", "simulate", "summarize",
+    "check", "generate", "load_profile", "parse_mem_limit", "simulate", "summarize",
     "uniform_profile", "validate",
 ]

@@ -24,9 +24,8 @@ from ..plan.analytic import (
 )
 from .options import (
     PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
-    UniformMemoryOpt, UniformOpt, check_chunks, load_problem,
+    UniformMemoryOpt, UniformOpt, check_chunks, load_problem, naming, naming_subjects, parse_limit,
 )
-from ..core.memory import parse_mem_limit
 from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
@@ -61,7 +60,9 @@ def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro
     if dp is None or micro_batch is None:
         raise PlanError(f"--global-batch {global_batch} needs --dp D and --micro-batch b to give "
                         "m = global batch / (dp x micro-batch)")
-    derived = microbatches_from_batch(global_batch, dp, micro_batch)
+    with naming_subjects({"--global-batch": "global batch", "--dp": "data-parallel degree",
+                          "--micro-batch": "micro-batch size"}):
+        derived = microbatches_from_batch(global_batch, dp, micro_batch)
     return derived, f"--global-batch {global_batch} / (dp {dp} x micro-batch {micro_batch})"
 
 
@@ -151,15 +152,17 @@ def plan_command(
     with one recommendation: never over the limit; the smallest bubble; ties to less memory, then less
     communication. m comes from -m, or from --global-batch / (--dp x --micro-batch).
     """
-    check_target(target_bubble)
-    check_objective(objective)
+    with naming({"--target-bubble": target_bubble}):
+        check_target(target_bubble)
+    with naming({"--objective": objective}):
+        check_objective(objective)
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")
     problem = load_problem(profile, uniform, p, m_value, uniform_memory)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
-    limit = parse_mem_limit(mem_limit, problem) if mem_limit is not None else None
+    limit = parse_limit(mem_limit, problem, profile)
     v = check_chunks(chunks)
     result = plan(problem, problem.microbatches, limit=limit, target=target_bubble,
                   v=v if v is not None else REGISTRY["interleaved-1f1b"].default_chunks or 2,

@@ -104,13 +104,13 @@ class PassTimes:
 def check_target(target: float) -> float:
     """A bubble target must be a fraction strictly between 0 and 1."""
     if not isinstance(target, (int, float)) or not 0 < target < 1 or math.isnan(target):
-        raise PlanError(f"--target-bubble {target} is not a fraction in (0, 1): write e.g. --target-bubble 0.05 for 5%")
+        raise PlanError(f"bubble target {target} is not a fraction in (0, 1): write e.g. 0.05 for 5%")
     return float(target)
 
 
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
-        raise PlanError(f"--objective {objective!r} is not a cost convention: use makespan or span")
+        raise PlanError(f"objective {objective!r} is not a cost convention: use makespan or span")
     return objective
 
 
@@ -122,17 +122,17 @@ def microbatches_from_batch(global_batch: int, dp: int, micro_batch: int) -> int
     PlanError
         A count below 1, or a global batch that dp x micro-batch does not divide.
     """
-    for flag, value in (("--global-batch", global_batch), ("--dp", dp), ("--micro-batch", micro_batch)):
+    for what, value in (("global batch", global_batch), ("data-parallel degree", dp), ("micro-batch size", micro_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PlanError(f"{flag} {value!r} is not a count: give a whole number >= 1")
+            raise PlanError(f"{what} {value!r} is not a count: give a whole number >= 1")
     per_step = dp * micro_batch
     if global_batch % per_step:
         lower = global_batch // per_step * per_step
         upper = lower + per_step
         near = f"{lower} or {upper}" if lower else f"{upper}"
         raise PlanError(
-            f"--global-batch {global_batch} is not divisible by dp x micro-batch = {dp} x {micro_batch} = "
-            f"{per_step}: use a multiple of {per_step} (e.g. {near}) or change --dp / --micro-batch"
+            f"global batch {global_batch} is not divisible by dp x micro-batch = {dp} x {micro_batch} = "
+            f"{per_step}: use a multiple of {per_step} (e.g. {near}) or change dp or the micro-batch size"
         )
     return global_batch // per_step
 
@@ -874,11 +874,11 @@ def plan(profile: Profile, m: int, *, limit: MemoryLimit | None = None, target: 
     """
     p = profile.num_stages
     if p < 2:
-        raise PlanError(f"pipelining needs at least 2 ranks, got p={p}: use -p 2 or more (one rank has no bubble)")
+        raise PlanError(f"pipelining needs at least 2 ranks, got p={p}: use 2 or more (one rank has no bubble)")
     check_target(target)
     check_objective(objective)
     if v < 1:
-        raise PlanError(f"--chunks {v} is not a chunk count: use 2 or more for interleaved-1f1b")
+        raise PlanError(f"chunk count {v} is too small: interleaved-1f1b needs 2 or more chunks per rank")
     limit_units = None if limit is None or limit.unlimited else limit.in_stage_units(profile)
     rows: list[PlanRow] = []
     skipped: list[Skipped] = []
