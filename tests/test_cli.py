@@ -414,8 +414,8 @@ BAD_ARGS = [
      "--mem-limit: memory limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: "
      "use a multiple of p such as 1p or 2p"),
     (["baseline", "1f1b", "--profile", "{good}", "--mem-limit", "auto"],
-     "--mem-limit: memory limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes in bytes; "
-     "profile '{good}' does not: use e.g. 2p or 48GiB"),
+     "--mem-limit: memory limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes "
+     "in bytes; profile '{good}' does not: use e.g. 2p or 48GiB"),
     (["solve", "--profile", "{good}", "--mem-limit", "48GiB"],
      "--mem-limit: memory limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: "
      "use a multiple of p such as 1p or 2p"),
@@ -573,7 +573,8 @@ def test_naming_subjects_goes_by_what_the_message_opens_with():
     subjects = {"--nproc": "process count", "--steps": "step count"}
     with pytest.raises(RunError) as info, naming_subjects(subjects):
         raise RunError("process count 3 does not match schedule 'x', which has 2 ranks: start 2 processes")
-    assert str(info.value) == "--nproc: process count 3 does not match schedule 'x', which has 2 ranks: start 2 processes"
+    assert str(info.value) == ("--nproc: process count 3 does not match schedule 'x', which has 2 ranks: "
+                               "start 2 processes")
     with pytest.raises(RunError) as info, naming_subjects(subjects):
         raise RunError("step count 0 is too small: run at least 1 step")
     assert str(info.value) == "--steps: step count 0 is too small: run at least 1 step"

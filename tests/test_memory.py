@@ -69,7 +69,8 @@ def test_none(text):
 
 
 UNIFORM = "'uniform F=1 B=1 W=1 comm=0 p=4'"
-ABSOLUTE = f"is an absolute size, but profile {UNIFORM} gives memory in relative units: use a multiple of p such as 1p or 2p"
+ABSOLUTE = (f"is an absolute size, but profile {UNIFORM} gives memory in relative units: use a multiple of p "
+            "such as 1p or 2p")
 NO_AUTO = ("memory limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes in bytes; "
            "profile {} does not: use e.g. 2p or 48GiB")
 UNKNOWN = "is not understood: use a multiple of p (1p, 2p, 1.5p), a size (48GiB, 40GB, 1000000000), auto or none"

@@ -35,8 +35,10 @@ def test_parse_placement(text: str, expected) -> None:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("interleaved:0", "placement 'interleaved:0' needs V >= 1 chunks per rank: write interleaved:V, e.g. interleaved:2"),
-    ("interleaved:x", "placement 'interleaved:x' needs V >= 1 chunks per rank: write interleaved:V, e.g. interleaved:2"),
+    ("interleaved:0", "placement 'interleaved:0' needs V >= 1 chunks per rank: write interleaved:V, "
+                      "e.g. interleaved:2"),
+    ("interleaved:x", "placement 'interleaved:x' needs V >= 1 chunks per rank: write interleaved:V, "
+                      "e.g. interleaved:2"),
     ("zigzag", "placement 'zigzag' is not known: use one of linear, interleaved:V, v, auto"),
 ])
 def test_parse_placement_refuses_with_the_fix(text: str, message: str) -> None:

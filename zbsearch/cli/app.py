@@ -24,8 +24,8 @@ from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, progress_bar, stdout_console
 from .options import (
     ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
-    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming, naming_subjects,
-    parse_limit, problem_for_schedule,
+    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming,
+    naming_subjects, parse_limit, problem_for_schedule,
 )
 from ..core.ir import Schedule
 from ..core.problem import make_problems

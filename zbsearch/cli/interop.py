@@ -99,7 +99,8 @@ def export_command(
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     if fmt in NEEDS_PROFILE and problem is None:
-        raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or --uniform F,B,W")
+        raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
+                            "--uniform F,B,W")
     path = export(schedule, fmt, output, problem)
     stdout_console().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
                     f"{schedule.num_microbatches} microbatches, {schedule.count()} actions)")

@@ -47,7 +47,8 @@ def parse_placement(text: str, p: int) -> Placement:
         except ValueError:
             chunks = 0
         if chunks < 1:
-            raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, e.g. interleaved:2")
+            raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, "
+                                "e.g. interleaved:2")
         return interleaved(p, chunks)
     raise ZbsearchError(f"placement {text!r} is not known: use one of linear, interleaved:V, v, auto")
 

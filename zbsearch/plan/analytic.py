@@ -122,7 +122,8 @@ def microbatches_from_batch(global_batch: int, dp: int, micro_batch: int) -> int
     PlanError
         A count below 1, or a global batch that dp x micro-batch does not divide.
     """
-    for what, value in (("global batch", global_batch), ("data-parallel degree", dp), ("micro-batch size", micro_batch)):
+    counts = (("global batch", global_batch), ("data-parallel degree", dp), ("micro-batch size", micro_batch))
+    for what, value in counts:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PlanError(f"{what} {value!r} is not a count: give a whole number >= 1")
     per_step = dp * micro_batch

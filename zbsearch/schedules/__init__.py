@@ -63,5 +63,6 @@ def generate(name: str, p: int, m: int, chunks: int | None = None) -> Schedule:
     if gen.takes_chunks:
         return func(p, m, chunks if chunks is not None else gen.default_chunks)
     if chunks not in (None, gen.default_chunks):
-        raise PreconditionError(f"chunk count {chunks} does not apply to {gen.name}, which has a fixed placement: only interleaved-1f1b takes one")
+        raise PreconditionError(f"chunk count {chunks} does not apply to {gen.name}, which has a fixed placement: "
+                                "only interleaved-1f1b takes one")
     return func(p, m)
