@@ -155,8 +155,9 @@ def test_bubble_time_conventions():
     assert bubble_time("zb-h2", 4, 8, PassTimes(2, 1, 1), objective="makespan") == pytest.approx(6.0)
     assert bubble_time("zb-v", 4, 8, objective="makespan") == pytest.approx(1.5)
     assert bubble_time("1f1b", 4, 8, objective="span") == bubble_time("1f1b", 4, 8, objective="makespan")
-    with pytest.raises(PlanError, match="makespan or span"):
+    with pytest.raises(PlanError) as info:
         bubble_time("1f1b", 4, 8, objective="wall")
+    assert str(info.value) == "objective 'wall' is not a cost convention: use makespan or span"
 
 
 # -- microbatches for a target ------------------------------------------------------------------
@@ -199,13 +200,19 @@ def test_unreachable_target_is_none_with_the_reason():
 
 def test_target_and_batch_checks():
     for bad in (0.0, 1.0, 1.5, -0.1):
-        with pytest.raises(PlanError, match=r"\(0, 1\)"):
+        with pytest.raises(PlanError) as info:
             min_microbatches("1f1b", 4, bad)
+        assert str(info.value) == f"bubble target {bad} is not a fraction in (0, 1): write e.g. 0.05 for 5%"
     assert microbatches_from_batch(512, 16, 1) == 32
-    with pytest.raises(PlanError, match="multiple of 48"):
+    with pytest.raises(PlanError) as info:
         microbatches_from_batch(1000, 16, 3)
-    with pytest.raises(PlanError, match="^dp 0 is not a count"):
-        microbatches_from_batch(64, 0, 1)
+    assert str(info.value) == ("global batch 1000 is not divisible by dp x micro-batch = 16 x 3 = 48: use a multiple "
+                               "of 48 (e.g. 960 or 1008) or change dp or the micro-batch size")
+    for args, message in (((0, 16, 1), "global batch 0"), ((64, 0, 1), "data-parallel degree 0"),
+                          ((64, 16, True), "micro-batch size True")):
+        with pytest.raises(PlanError) as info:
+            microbatches_from_batch(*args)
+        assert str(info.value) == f"{message} is not a count: give a whole number >= 1"
     assert next_valid_m("dualpipe", 4, 9) == 10 and next_valid_m("interleaved-1f1b", 4, 9, 2) == 12
 
 
@@ -261,8 +268,12 @@ def test_plan_leaves_out_what_does_not_apply():
     assert "p even" in skipped["dualpipe"].reason and skipped["dualpipe"].target is None
     assert "multiple of p" in skipped["interleaved-1f1b"].reason
     assert skipped["dualpipev"].target.m >= 10
-    with pytest.raises(PlanError, match="at least 2 ranks"):
+    with pytest.raises(PlanError) as info:
         plan(profile_for(PassTimes(), 1, 4), 4)
+    assert str(info.value) == "pipelining needs at least 2 ranks, got p=1: use 2 or more (one rank has no bubble)"
+    with pytest.raises(PlanError) as info:
+        plan(profile, 6, v=0)
+    assert str(info.value) == "chunk count 0 is too small: interleaved-1f1b needs 2 or more chunks per rank"
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -293,22 +304,43 @@ def test_cli_global_batch_and_table():
     assert "cost measured as makespan" in result.stdout
 
 
+UNIFORM4 = ["--uniform", "1,1,1", "-p", 4]
+NOT_A_COUNT = "is not a count: give a whole number >= 1"
+
+
 @pytest.mark.parametrize("args,expect", [
-    (["--uniform", "1,1,1", "-p", 1, "-m", 4], "-p 2"),
-    (["--uniform", "1,1,1", "-p", 4, "--global-batch", 1000, "--dp", 16, "--micro-batch", 3], "multiple of 48"),
-    (["--uniform", "1,1,1", "-p", 4, "-m", 8, "--target-bubble", 1.5], "(0, 1)"),
-    (["--uniform", "1,1,1", "-p", 4, "-m", 8, "--target-bubble", 0], "(0, 1)"),
-    (["--uniform", "1,1,1", "-p", 4, "-m", 8, "--global-batch", 64, "--dp", 2, "--micro-batch", 2], "not both"),
-    (["--uniform", "1,1,1", "-p", 4, "--global-batch", 64], "--dp D and --micro-batch"),
-    (["--uniform", "1,1,1", "-p", 4, "-m", 8, "--dp", 2], "--global-batch"),
-    (["--uniform", "1,1,1", "-p", 4, "-m", 8, "--objective", "wall"], "makespan or span"),
+    (["--uniform", "1,1,1", "-p", 1, "-m", 4],
+     "pipelining needs at least 2 ranks, got -p 1: use -p 2 or more (one rank has no bubble)"),
+    ([*UNIFORM4, "--global-batch", 1000, "--dp", 16, "--micro-batch", 3],
+     "--global-batch: global batch 1000 is not divisible by dp x micro-batch = 16 x 3 = 48: use a multiple of 48 "
+     "(e.g. 960 or 1008) or change dp or the micro-batch size"),
+    ([*UNIFORM4, "--global-batch", 0, "--dp", 2, "--micro-batch", 2], f"--global-batch: global batch 0 {NOT_A_COUNT}"),
+    ([*UNIFORM4, "--global-batch", 64, "--dp", 0, "--micro-batch", 2], f"--dp: data-parallel degree 0 {NOT_A_COUNT}"),
+    ([*UNIFORM4, "--global-batch", 64, "--dp", 2, "--micro-batch", 0],
+     f"--micro-batch: micro-batch size 0 {NOT_A_COUNT}"),
+    ([*UNIFORM4, "-m", 8, "--target-bubble", 1.5],
+     "--target-bubble: bubble target 1.5 is not a fraction in (0, 1): write e.g. 0.05 for 5%"),
+    ([*UNIFORM4, "-m", 8, "--target-bubble", 0],
+     "--target-bubble: bubble target 0.0 is not a fraction in (0, 1): write e.g. 0.05 for 5%"),
+    ([*UNIFORM4, "-m", 8, "--global-batch", 64, "--dp", 2, "--micro-batch", 2],
+     "give either -m M or --global-batch B --dp D --micro-batch b, not both"),
+    ([*UNIFORM4, "--global-batch", 64],
+     "--global-batch 64 needs --dp D and --micro-batch b to give m = global batch / (dp x micro-batch)"),
+    ([*UNIFORM4, "-m", 8, "--dp", 2], "--dp and --micro-batch go with --global-batch B (m = B / (dp x micro-batch)); "
+                                      "or give -m M"),
+    ([*UNIFORM4, "-m", 8, "--objective", "wall"],
+     "--objective: objective 'wall' is not a cost convention: use makespan or span"),
+    ([*UNIFORM4, "-m", 8, "--mem-limit", "lots"],
+     "--mem-limit: memory limit 'lots' is not understood: use a multiple of p (1p, 2p, 1.5p), a size (48GiB, 40GB, "
+     "1000000000), auto or none"),
 ])
 def test_cli_bad_input_is_one_line(args, expect):
-    result = invoke(*args)
+    """Every message names the option and the fix, on one line, with exit code 1."""
+    result = runner.invoke(app, ["plan", *[str(a) for a in args]], env={"COLUMNS": "400"})
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0]
+    assert lines == [f"error: {expect}"]
 
 
 def test_published_profile_matches_the_paper():

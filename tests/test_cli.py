@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.cli.console import progress_bar, stdout_console
-from zbsearch.cli.options import load_problem, naming, parse_limit
+from zbsearch.cli.options import load_problem, naming, naming_subjects, parse_limit
 from zbsearch.cli.params import count_list_parser, parse_figure_formats, parse_microbatch_list, parse_stages, parse_uniform_times
-from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError
+from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError, RunError, ScheduleError
 from zbsearch.core.ir import Action, Kind
 from zbsearch.core.profile import profile_schema, uniform_profile
 from zbsearch.report.render import fitted_label, gantt_cells, search_status
@@ -411,28 +411,29 @@ BAD_ARGS = [
     (["baseline", "1f1b", "--profile", "{good}", "-p", "3"],
      "-p 3 does not match profile '{good}', which has 2 stages: drop -p or use -p 2"),
     (["baseline", "1f1b", "--profile", "{good}", "--mem-limit", "48GiB"],
-     "--mem-limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: use a multiple "
-     "of p such as 1p or 2p"),
+     "--mem-limit: memory limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: "
+     "use a multiple of p such as 1p or 2p"),
     (["baseline", "1f1b", "--profile", "{good}", "--mem-limit", "auto"],
-     "--mem-limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes in bytes; "
-     "profile '{good}' does not: use e.g. 2p or 48GiB"),
+     "--mem-limit: memory limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes "
+     "in bytes; profile '{good}' does not: use e.g. 2p or 48GiB"),
     (["solve", "--profile", "{good}", "--mem-limit", "48GiB"],
-     "--mem-limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: use a multiple "
-     "of p such as 1p or 2p"),
+     "--mem-limit: memory limit '48GiB' is an absolute size, but profile '{good}' gives memory in relative units: "
+     "use a multiple of p such as 1p or 2p"),
     (["baseline", "1f1b", "--profile", "{good}", "--uniform", "1,1,1"], "give either --profile FILE or --uniform "
                                                                         "F,B,W, not both"),
     (["baseline", "1f1b"], "say what to schedule: --profile PROFILE.json, or --uniform F,B,W[,COMM] with -p P"),
     (["baseline", "1f1b", "--uniform", "1,1,1"], "--uniform 1,1,1 needs the number of stages: add -p P, e.g. -p 4"),
-    (["baseline", "1f1b", "--uniform", "1,-1,1", "-p", "4"], "--uniform: field stages[0].B is -1.0; it must be >= 0"),
+    (["baseline", "1f1b", "--uniform", "1,-1,1", "-p", "4"], "--uniform: uniform profile: field stages[0].B is -1.0; "
+                                                             "it must be >= 0"),
     (["baseline", "1f1b", "--profile", "{good}", "--uniform-memory", "1,0.5"],
      "--uniform-memory applies to --uniform only; a profile file gives mem_B and mem_W per stage"),
     (["baseline", "1f1b", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "lots"],
-     "--mem-limit 'lots' is not a limit: write a multiple of p (1p, 2p, 1.5p), a size (48GiB, 40GB, 1000000000), "
-     "auto or none"),
+     "--mem-limit: memory limit 'lots' is not understood: use a multiple of p (1p, 2p, 1.5p), a size (48GiB, 40GB, "
+     "1000000000), auto or none"),
     (["baseline", "no-such-schedule", "--uniform", "1,1,1", "-p", "4"],
      "unknown schedule 'no-such-schedule': choose one of " + ", ".join(REGISTRY)),
     (["baseline", "1f1b", "--uniform", "1,1,1", "-p", "4", "--chunks", "3"],
-     "1f1b has a fixed placement; a chunk count applies to interleaved-1f1b only"),
+     "--chunks: chunk count 3 does not apply to 1f1b, which has a fixed placement: only interleaved-1f1b takes one"),
     (["baseline", "dualpipe", "--uniform", "1,1,1", "-p", "3"],
      "dualpipe needs p even (half the ranks lead each direction); got p=3, m=6"),
     (["baseline", "1f1b", "--uniform", "1,1,1", "-p", "4", "-o", "{missing}/x/s.json"],
@@ -444,9 +445,9 @@ BAD_ARGS = [
     (["validate", "{missing}", "--mem-limit", "1p"], "schedule file {missing} does not exist"),
     (["solve", "--uniform", "1,1,1", "-p", "4"], "solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)"),
     (["solve", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "1p", "--objective", "speed"],
-     "--objective 'speed': use one of makespan, span"),
+     "--objective: objective 'speed' is not known: use one of makespan, span"),
     (["solve", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "1p", "--placement", "zig"],
-     "--placement 'zig' is not a placement: use linear, interleaved:V, v or auto"),
+     "--placement: placement 'zig' is not known: use one of linear, interleaved:V, v, auto"),
 ]
 
 
@@ -541,8 +542,9 @@ def test_parse_limit_names_the_profile_file(profile_file):
     assert parse_limit("2p", problem, profile_file).per_rank == (8.0,) * 4
     with pytest.raises(MemoryLimitError) as info:
         parse_limit("1GiB", problem, profile_file)
-    assert str(info.value) == (f"--mem-limit '1GiB' is an absolute size, but profile {str(profile_file)!r} gives "
-                               "memory in relative units: use a multiple of p such as 1p or 2p")
+    assert str(info.value) == (f"--mem-limit: memory limit '1GiB' is an absolute size, but profile "
+                               f"{str(profile_file)!r} gives memory in relative units: use a multiple of p such as 1p "
+                               "or 2p")
 
 
 def test_naming_puts_the_option_in_front_only_when_missing():
@@ -565,6 +567,23 @@ def test_naming_puts_the_option_in_front_only_when_missing():
     with pytest.raises(InfeasibleError) as info, naming({"--mem-limit": "0.1p"}, quoted=True):
         raise InfeasibleError("nothing fits")
     assert str(info.value) == "nothing fits"
+
+
+def test_naming_subjects_goes_by_what_the_message_opens_with():
+    subjects = {"--nproc": "process count", "--steps": "step count"}
+    with pytest.raises(RunError) as info, naming_subjects(subjects):
+        raise RunError("process count 3 does not match schedule 'x', which has 2 ranks: start 2 processes")
+    assert str(info.value) == ("--nproc: process count 3 does not match schedule 'x', which has 2 ranks: "
+                               "start 2 processes")
+    with pytest.raises(RunError) as info, naming_subjects(subjects):
+        raise RunError("step count 0 is too small: run at least 1 step")
+    assert str(info.value) == "--steps: step count 0 is too small: run at least 1 step"
+    with pytest.raises(ScheduleError) as info, naming_subjects(subjects):
+        raise ScheduleError("rank 3 never runs the step count 3 asks for")
+    assert str(info.value) == "rank 3 never runs the step count 3 asks for"
+    with pytest.raises(RunError) as info, naming_subjects(subjects):
+        raise RunError("step count 0 is too small: use --steps 1")
+    assert str(info.value) == "step count 0 is too small: use --steps 1"
 
 
 def test_parsers_return_values():

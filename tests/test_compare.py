@@ -130,7 +130,8 @@ def test_precondition_failures_are_listed_not_fatal() -> None:
 @pytest.mark.parametrize("args,needle", [
     (["--schedules", "zb-h9"], "unknown schedule 'zb-h9'"),
     (["-m", "8,x"], "Invalid value for '-m' / '--microbatches': '8,x'"),
-    (["--mem-limits", "1q"], "--mem-limit '1q'"),
+    (["--mem-limits", "1q"], "--mem-limits: memory limit '1q' is not understood: use a multiple of p (1p, 2p, 1.5p), "
+                             "a size (48GiB, 40GB, 1000000000), auto or none"),
     (["--objective", "speed"], "--objective: objective 'speed': use one of makespan, span"),
     (["--figures", "gif"], "Invalid value for '--figures': 'gif'"),
 ])

@@ -173,12 +173,24 @@ def test_unusual_placement_imports_as_custom() -> None:
     ("0F0,1F0\n1B0,0B0\n", None, "appears on rank 0 and rank 1"),
     ("0F0,0B0\n2F0,2B0\n", None, "never appear"),
     ("0F0,0X0\n", None, "cannot parse action '0X0'"),
-    ("0F0,0F1,0B0,0B1\n", 1, "mentions microbatch 1"),
+    ("0F0,0F1,0B0,0B1\n", 1, "^microbatch count 1 does not cover x.csv, which mentions microbatch 1 \\(counted from "
+                            "0\\): give 2 or more, or leave the count out to infer it$"),
     ("0SEND_F0\n", None, "no compute actions"),
 ])
 def test_import_errors_name_the_fault(text: str, m, fault: str) -> None:
     with pytest.raises(ScheduleError, match=fault):
         parse_torch_csv(text, m, origin="x.csv")
+
+
+def test_cli_import_names_the_microbatch_option(tmp_path: Path) -> None:
+    csv = tmp_path / "x.csv"
+    csv.write_text("0F0,0F1,0B0,0B1\n")
+    result = runner.invoke(app, ["import", str(csv), "-m", "1", "-o", str(tmp_path / "x.json")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: --microbatches: microbatch count 1 does not cover {csv}, which mentions microbatch 1 (counted "
+        "from 0): give 2 or more, or leave the count out to infer it"]
+    assert not (tmp_path / "x.json").exists()
 
 
 # -- refusals and atomic writes ---------------------------------------------------------------------
@@ -208,8 +220,16 @@ def test_dualpipe_two_copies_are_refused_with_the_alternative(tmp_path: Path) ->
 
 @pytest.mark.parametrize("fmt", ["json", "chrome-trace"])
 def test_timeline_formats_need_a_profile(fmt: str, tmp_path: Path) -> None:
-    with pytest.raises(ZbsearchError, match="--profile"):
+    with pytest.raises(ZbsearchError) as info:
         export(generate("zb-h1", 2, 4), fmt, tmp_path / "x")
+    assert str(info.value) == f"the {fmt} export needs costs for the timeline: give a profile"
+    assert not (tmp_path / "x").exists()
+    sched = tmp_path / "s.json"
+    generate("zb-h1", 2, 4).save(sched)
+    result = runner.invoke(app, ["export", str(sched), "-f", fmt, "-o", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: --format {fmt} needs costs for the timeline: add --profile PROFILE.json or --uniform F,B,W"]
     assert not (tmp_path / "x").exists()
 
 
@@ -334,7 +354,8 @@ def test_cli_run_refuses_a_wrong_process_count(tmp_path: Path) -> None:
     generate("zb-h1", 2, 4).save(sched)
     result = runner.invoke(app, ["run", str(sched), "--nproc", "3"])
     assert result.exit_code == 1
-    assert "--nproc 2" in result.stderr
+    assert result.stderr.splitlines() == ["error: --nproc: process count 3 does not match schedule 'zb-h1', which has "
+                                          "2 ranks: start 2 processes, one per rank"]
 
 
 # -- torch's own checks as a second opinion ---------------------------------------------------------

@@ -68,25 +68,35 @@ def test_none(text):
     assert all(math.isinf(x) for x in limit.per_rank)
 
 
-@pytest.mark.parametrize("text,prof,match", [
-    ("48GiB", relative(), "relative units"),
-    ("40GB", relative(), "relative units"),
-    ("1000000000", relative(), "relative units"),
-    ("auto", relative(), "device_capacity_bytes"),
-    ("auto", in_bytes(capacity=None), "device_capacity_bytes"),
-    ("auto", in_bytes(static=False), "static_bytes"),
-    ("auto", in_bytes(capacity=10 * GiB), "no room on rank 0"),
-    ("0p", relative(), "positive"),
-    ("0GiB", in_bytes(), "positive"),
-    ("lots", relative(), "not a limit"),
-    ("2q", relative(), "not a limit"),
-    ("-1p", relative(), "not a limit"),
-    ("48XB", in_bytes(), "not a limit"),
+UNIFORM = "'uniform F=1 B=1 W=1 comm=0 p=4'"
+ABSOLUTE = (f"is an absolute size, but profile {UNIFORM} gives memory in relative units: use a multiple of p "
+            "such as 1p or 2p")
+NO_AUTO = ("memory limit auto needs the profile to give device_capacity_bytes and every stage's static_bytes in bytes; "
+           "profile {} does not: use e.g. 2p or 48GiB")
+UNKNOWN = "is not understood: use a multiple of p (1p, 2p, 1.5p), a size (48GiB, 40GB, 1000000000), auto or none"
+
+
+@pytest.mark.parametrize("text,prof,message", [
+    ("48GiB", relative(), f"memory limit '48GiB' {ABSOLUTE}"),
+    ("40GB", relative(), f"memory limit '40GB' {ABSOLUTE}"),
+    ("1000000000", relative(), f"memory limit '1000000000' {ABSOLUTE}"),
+    ("auto", relative(), NO_AUTO.format(UNIFORM)),
+    ("auto", in_bytes(capacity=None), NO_AUTO.format("'profile'")),
+    ("auto", in_bytes(static=False), NO_AUTO.format("'profile'")),
+    ("auto", in_bytes(capacity=10 * GiB),
+     "memory limit auto leaves no room on rank 0: its static bytes exceed the device capacity"),
+    ("0p", relative(), "memory limit '0p' must be positive, e.g. 1p or 2p"),
+    ("0GiB", in_bytes(), "memory limit '0GiB' must be positive"),
+    ("lots", relative(), f"memory limit 'lots' {UNKNOWN}"),
+    ("2q", relative(), f"memory limit '2q' {UNKNOWN}"),
+    ("-1p", relative(), f"memory limit '-1p' {UNKNOWN}"),
+    ("48XB", in_bytes(), f"memory limit '48XB' {UNKNOWN}"),
 ])
-def test_errors_say_what_to_write(text, prof, match):
-    with pytest.raises(MemoryLimitError, match=match) as err:
+def test_errors_say_what_to_write(text, prof, message):
+    """In domain terms (the CLI puts --mem-limit in front): what is wrong, and what to write instead."""
+    with pytest.raises(MemoryLimitError) as err:
         parse_mem_limit(text, prof)
-    assert "\n" not in str(err.value)
+    assert str(err.value) == message
 
 
 # -- the minimum feasible limit, said in the user's unit ------------------------------------------

@@ -35,9 +35,11 @@ def test_parse_placement(text: str, expected) -> None:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("interleaved:0", "--placement 'interleaved:0': write interleaved:V with V >= 1 chunks per rank, e.g. interleaved:2"),
-    ("interleaved:x", "--placement 'interleaved:x': write interleaved:V with V >= 1 chunks per rank, e.g. interleaved:2"),
-    ("zigzag", "--placement 'zigzag' is not a placement: use linear, interleaved:V, v or auto"),
+    ("interleaved:0", "placement 'interleaved:0' needs V >= 1 chunks per rank: write interleaved:V, "
+                      "e.g. interleaved:2"),
+    ("interleaved:x", "placement 'interleaved:x' needs V >= 1 chunks per rank: write interleaved:V, "
+                      "e.g. interleaved:2"),
+    ("zigzag", "placement 'zigzag' is not known: use one of linear, interleaved:V, v, auto"),
 ])
 def test_parse_placement_refuses_with_the_fix(text: str, message: str) -> None:
     with pytest.raises(ZbsearchError) as err:
@@ -49,7 +51,7 @@ def test_parse_placement_refuses_with_the_fix(text: str, message: str) -> None:
 
 def test_objective_must_be_known() -> None:
     prof = uniform_profile(1, 1, 1, p=2, m=2)
-    with pytest.raises(ZbsearchError, match=r"^--objective 'latency': use one of makespan, span$"):
+    with pytest.raises(ZbsearchError, match=r"^objective 'latency' is not known: use one of makespan, span$"):
         Problem(prof, linear(2), 2, no_limit(prof), "latency")
     assert OBJECTIVES == ("makespan", "span")
 

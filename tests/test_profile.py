@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from zbsearch.core.errors import ProfileError, ZbsearchError
-from zbsearch.core.profile import Profile, load_profile, parse_uniform, profile_schema, uniform_profile
+from zbsearch.core.profile import Profile, load_profile, profile_schema, uniform_profile
 
 PROFILES = sorted((Path(__file__).resolve().parent.parent / "profiles").glob("*.json"))
 
@@ -236,35 +236,30 @@ def test_round_trip_through_a_file(tmp_path):
 
 # -- the uniform shorthand --------------------------------------------------------------------
 
-def test_parse_uniform():
-    prof = parse_uniform("1,2,0.5", p=4, m=8)
+def test_uniform_profile():
+    prof = uniform_profile(1, 2, 0.5, p=4, m=8)
     assert prof.num_stages == 4 and prof.microbatches == 8
     assert (prof.stages[0].F, prof.stages[0].B, prof.stages[0].W) == (1.0, 2.0, 0.5)
     assert prof.comm == (0.0, 0.0, 0.0)
     assert prof.source["kind"] == "estimated"
 
-    prof = parse_uniform("1,1,1,0.25", p=3, m=2, memory="2,0.5")
+    prof = uniform_profile(1, 1, 1, 0.25, p=3, m=2, mem_B=2, mem_W=0.5)
     assert prof.comm == (0.25, 0.25)
     assert (prof.stages[2].mem_B, prof.stages[2].mem_W) == (2.0, 0.5)
 
 
-@pytest.mark.parametrize("text,memory,match", [
-    ("1,1", None, "--uniform"),
-    ("1,1,1,1,1", None, "--uniform"),
-    ("a,b,c", None, "--uniform"),
-    ("", None, "--uniform"),
-    ("1,nan,1", None, "--uniform"),
-    ("1,inf,1", None, "--uniform"),
-    ("0,1,1", None, r"stages\[0\]\.F"),
-    ("1,-1,1", None, r"stages\[0\]\.B"),
-    ("1,1,1,-2", None, "comm"),
-    ("1,1,1", "1", "--uniform-memory"),
-    ("1,1,1", "x,y", "--uniform-memory"),
-    ("1,1,1", "1,2", "mem_W"),
+@pytest.mark.parametrize("times,memory,message", [
+    ((0, 1, 1), (1, 0.5), "uniform profile: field stages[0].F is 0; it must be > 0"),
+    ((1, -1, 1), (1, 0.5), "uniform profile: field stages[0].B is -1; it must be >= 0"),
+    ((1, 1, 1, -2), (1, 0.5), "uniform profile: field comm is -2; give one number >= 0 for every boundary, or a "
+                              "list of num_stages - 1 numbers >= 0"),
+    ((1, 1, 1), (1, 2), "uniform profile: field stages[0].mem_W (2.0) exceeds mem_B (1.0); B frees mem_B - mem_W and "
+                        "W frees mem_W, so mem_W must be <= mem_B"),
 ])
-def test_parse_uniform_rejects_garbage(text, memory, match):
-    with pytest.raises(ProfileError, match=match):
-        parse_uniform(text, p=4, m=8, memory=memory)
+def test_uniform_profile_rejects_bad_costs(times, memory, message):
+    with pytest.raises(ProfileError) as info:
+        uniform_profile(*times, p=4, m=8, mem_B=memory[0], mem_W=memory[1])
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize("p,m,match", [(0, 4, "stages p"), (4, 0, "microbatches m"), (-1, 4, "stages p")])

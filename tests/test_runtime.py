@@ -100,16 +100,31 @@ def test_the_gradient_check_catches_a_wrong_gradient() -> None:
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"backend": "mpi"}, RunError, "--backend 'mpi': use gloo (CPU) or nccl (GPUs)"),
-    ({"model": "bert"}, RunError, "--model 'bert' is not a model: use one of mlp, gpt-tiny"),
-    ({"steps": 0}, RunError, "--steps 0: run at least 1 step"),
-    ({"nproc": 3}, RunError, "--nproc 3 does not match schedule 'zb-h1', which has 2 ranks: drop --nproc or use "
-                             "--nproc 2 (one process per rank)"),
+    ({"backend": "mpi"}, RunError, "backend 'mpi' is not known: use gloo (CPU) or nccl (GPUs)"),
+    ({"model": "bert"}, RunError, "model 'bert' is not known: use one of mlp, gpt-tiny"),
+    ({"steps": 0}, RunError, "step count 0 is too small: run at least 1 step"),
+    ({"nproc": 3}, RunError, "process count 3 does not match schedule 'zb-h1', which has 2 ranks: start 2 processes, "
+                             "one per rank"),
 ])
 def test_a_request_that_cannot_run_is_refused_before_any_process_starts(kwargs, error, message) -> None:
     with pytest.raises(error) as err:
         run(generate("zb-h1", 2, 4), **kwargs)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "mpi"], "--backend: backend 'mpi' is not known: use gloo (CPU) or nccl (GPUs)"),
+    (["--model", "bert"], "--model: model 'bert' is not known: use one of mlp, gpt-tiny"),
+    (["--steps", "0"], "--steps: step count 0 is too small: run at least 1 step"),
+    (["--nproc", "3", "--steps", "3"],
+     "--nproc: process count 3 does not match schedule 'zb-h1', which has 2 ranks: start 2 processes, one per rank"),
+])
+def test_the_command_line_names_the_option_of_a_refused_request(args, message, tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    generate("zb-h1", 2, 4).save(path)
+    result = CliRunner().invoke(app, ["run", str(path), *args])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: {message}"]
 
 
 def test_without_torch_the_run_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,5 +136,6 @@ def test_without_torch_the_run_says_how_to_install_it(monkeypatch: pytest.Monkey
 def test_the_worker_refuses_an_unknown_model() -> None:
     from zbsearch.interop.worker import build_chunks
 
-    with pytest.raises(RunError, match="not a model"):
+    with pytest.raises(RunError) as err:
         build_chunks("bert", 2, seed=0)
+    assert str(err.value) == "model 'bert' is not known: use one of mlp, gpt-tiny"

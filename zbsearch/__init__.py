@@ -16,7 +16,7 @@ from .core.errors import (
 )
 from .core.ir import Action, Kind, Placement, Schedule
 from .core.memory import MemoryLimit, parse_mem_limit
-from .core.profile import Profile, StageCost, load_profile, parse_uniform, uniform_profile
+from .core.profile import Profile, StageCost, load_profile, uniform_profile
 from .schedules import REGISTRY, ScheduleSpec, generate
 from .sim.simulate import Timeline, simulate
 from .sim.summary import Summary, summarize
@@ -48,6 +48,6 @@ __all__ = [
     "PartitionError", "Placement", "PlanError", "PreconditionError", "Problem", "Profile", "ProfileError",
     "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SolveReport",
     "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "generate",
-    "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "parse_uniform", "simulate",
+    "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "simulate",
     "solve", "solve_placements", "summarize", "uniform_profile", "validate",
 ]

@@ -25,7 +25,7 @@ from .console import print_error, progress_bar, stdout_console
 from .options import (
     ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
     SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming,
-    parse_limit, problem_for_schedule,
+    naming_subjects, parse_limit, problem_for_schedule,
 )
 from ..core.ir import Schedule
 from ..core.problem import make_problems
@@ -114,7 +114,8 @@ def baseline(
     """
     problem = load_problem(profile, uniform, p, m, uniform_memory)
     limit = parse_limit(mem_limit, problem, profile)
-    schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
+    with naming_subjects({"--chunks": "chunk count"}):
+        schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)

@@ -15,10 +15,11 @@ import typer
 from rich.table import Table
 
 from ..core.errors import ZbsearchError
-from ..interop.export import FORMATS, export
+from ..interop.export import FORMATS, NEEDS_PROFILE, export
 from .console import stdout_console
 from .options import (
-    OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, problem_for_schedule,
+    OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects,
+    problem_for_schedule,
 )
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Kind, Schedule
@@ -97,6 +98,9 @@ def export_command(
     """
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    if fmt in NEEDS_PROFILE and problem is None:
+        raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
+                            "--uniform F,B,W")
     path = export(schedule, fmt, output, problem)
     stdout_console().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
                     f"{schedule.num_microbatches} microbatches, {schedule.count()} actions)")
@@ -128,7 +132,8 @@ def import_command(
     else:
         if p is not None or stages_per_rank is not None:
             raise ZbsearchError("-p and --stages-per-rank go with --torch-schedule; a CSV has one row per rank")
-        schedule = import_torch_csv(csv_file, microbatches)  # type: ignore[arg-type]
+        with naming_subjects({"--microbatches": "microbatch count"}):
+            schedule = import_torch_csv(csv_file, microbatches)  # type: ignore[arg-type]
     validate(schedule)
     schedule.save(output)
     pl = schedule.placement
@@ -161,7 +166,9 @@ def run_command(
 
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms)
+    subjects = {"--nproc": "process count", "--backend": "backend", "--model": "model", "--steps": "step count"}
+    with naming_subjects(subjects):
+        result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
     else:

@@ -12,7 +12,7 @@ into one line. `naming` adds the option to a library error that speaks only of t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -231,13 +231,15 @@ def problem_for_schedule(
     raise ProfileError(f"-p {p} does not match schedule {where!r}, which has {ranks} ranks: drop -p or use -p {ranks}")
 
 
-def parse_limit(text: str | None, problem: Profile, profile: Path | None = None) -> MemoryLimit | None:
-    """--mem-limit for this problem (None when not given). A message about the profile names the file
-    the user gave, not the `name` inside it (often the same in every file)."""
+def parse_limit(text: str | None, problem: Profile, profile: Path | None = None,
+                flag: str = "--mem-limit") -> MemoryLimit | None:
+    """--mem-limit for this problem (None when not given); errors name `flag`, the option `text` came
+    from. A message about the profile names the file the user gave, not the `name` inside it (often the
+    same in every file)."""
     if text is None:
         return None
     shown = replace(problem, name=str(profile)) if profile is not None else problem
-    with naming({"--mem-limit": text}):
+    with naming({flag: text}):
         return parse_mem_limit(text, shown)
 
 
@@ -254,14 +256,29 @@ def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]
         yield
     except ZbsearchError as exc:
         message = str(exc)
-        if any(_mentions(message, flag.rstrip("s")) for flag in values):
-            raise
         about = list(values) if len(values) == 1 and not quoted else [
             flag for flag, value in values.items() if any(_mentions(message, v, whole=True) for v in _listed(value))]
-        if len(about) != 1:
-            raise
-        exc.args = (f"{about[0]}: {message}",)
+        _put_in_front(exc, about, values)
         raise
+
+
+@contextmanager
+def naming_subjects(subjects: Mapping[str, str]) -> Iterator[None]:
+    """Like `naming`, for options whose values alone would be ambiguous (small counts): a library
+    error is about the option whose subject it opens with, e.g. "process count 3 ..." -> --nproc."""
+    try:
+        yield
+    except ZbsearchError as exc:
+        message = str(exc)
+        _put_in_front(exc, [flag for flag, subject in subjects.items() if message.startswith(f"{subject} ")], subjects)
+        raise
+
+
+def _put_in_front(exc: ZbsearchError, about: list[str], options: Iterable[str]) -> None:
+    """Prefix the one option the error is about, unless the message already names one of `options`."""
+    message = str(exc)
+    if len(about) == 1 and not any(_mentions(message, flag.rstrip("s")) for flag in options):
+        exc.args = (f"{about[0]}: {message}",)
 
 
 def _listed(value: Any) -> list[str]:

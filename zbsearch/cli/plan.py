@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import partial
-from typing import Annotated, Callable, Optional, TypeVar
+from typing import Annotated, Optional
 
 import typer
 from rich import box
@@ -26,13 +25,11 @@ from ..plan.microbatches import check_target
 from ..plan.planner import Plan, PlanRow, microbatches_from_batch, plan
 from .options import (
     PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
-    UniformMemoryOpt, UniformOpt, check_chunks, load_problem,
+    UniformMemoryOpt, UniformOpt, check_chunks, load_problem, naming, naming_subjects, parse_limit,
 )
-from ..core.memory import parse_mem_limit
 from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
-T = TypeVar("T")
 
 GlobalBatchOpt = Annotated[Optional[int], typer.Option(
     "--global-batch", metavar="B", rich_help_panel=PROBLEM_PANEL,
@@ -52,14 +49,6 @@ TargetBubbleOpt = Annotated[float, typer.Option(
 )]
 
 
-def _for_option(option: str, check: Callable[[], T]) -> T:
-    """Run a library check and name the command-line option its PlanError is about."""
-    try:
-        return check()
-    except PlanError as exc:
-        raise PlanError(f"{option}: {exc}") from None
-
-
 def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro_batch: int | None) -> tuple[int | None, str]:
     """(m or None for the default, where it came from)."""
     if global_batch is None:
@@ -72,8 +61,9 @@ def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro
     if dp is None or micro_batch is None:
         raise PlanError(f"--global-batch {global_batch} needs --dp D and --micro-batch b to give "
                         "m = global batch / (dp x micro-batch)")
-    derived = _for_option("--global-batch / --dp / --micro-batch",
-                          partial(microbatches_from_batch, global_batch, dp, micro_batch))
+    with naming_subjects({"--global-batch": "global batch", "--dp": "data-parallel degree",
+                          "--micro-batch": "micro-batch size"}):
+        derived = microbatches_from_batch(global_batch, dp, micro_batch)
     return derived, f"--global-batch {global_batch} / (dp {dp} x micro-batch {micro_batch})"
 
 
@@ -163,15 +153,17 @@ def plan_command(
     with one recommendation: never over the limit; the smallest bubble; ties to less memory, then less
     communication. m comes from -m, or from --global-batch / (--dp x --micro-batch).
     """
-    _for_option("--target-bubble", partial(check_target, target_bubble))
-    _for_option("--objective", partial(check_objective, objective))
+    with naming({"--target-bubble": target_bubble}):
+        check_target(target_bubble)
+    with naming({"--objective": objective}):
+        check_objective(objective)
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")
     problem = load_problem(profile, uniform, p, m_value, uniform_memory)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
-    limit = parse_mem_limit(mem_limit, problem) if mem_limit is not None else None
+    limit = parse_limit(mem_limit, problem, profile)
     v = check_chunks(chunks)
     result = plan(problem, problem.microbatches, limit=limit, target=target_bubble,
                   v=v if v is not None else REGISTRY["interleaved-1f1b"].default_chunks or 2,

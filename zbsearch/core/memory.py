@@ -69,20 +69,20 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
     if m:
         factor = float(m.group(1)) if m.group(1) else 1.0
         if factor <= 0:
-            raise MemoryLimitError(f"--mem-limit {text!r} must be positive, e.g. 1p or 2p")
+            raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p")
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
         missing = [r for r in range(p) if profile.stages[r].static_bytes is None]
         if profile.device_capacity_bytes is None or missing or profile.memory_unit != "bytes":
             raise MemoryLimitError(
-                f"--mem-limit auto needs the profile to give device_capacity_bytes and every stage's "
+                f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
                 f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
             )
         per = tuple(profile.device_capacity_bytes - profile.stages[r].static_bytes for r in range(p))
         if min(per) <= 0:
             r = per.index(min(per))
             raise MemoryLimitError(
-                f"--mem-limit auto leaves no room on rank {r}: its static bytes exceed the device capacity"
+                f"memory limit auto leaves no room on rank {r}: its static bytes exceed the device capacity"
             )
         return MemoryLimit("auto", per, "GiB")
     m = _SIZE_RE.match(s)
@@ -90,15 +90,15 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
         unit = (m.group(2) or "").lower()
         size = float(m.group(1)) * _UNITS[unit]
         if size <= 0:
-            raise MemoryLimitError(f"--mem-limit {text!r} must be positive")
+            raise MemoryLimitError(f"memory limit {text!r} must be positive")
         if profile.memory_unit != "bytes":
             raise MemoryLimitError(
-                f"--mem-limit {text!r} is an absolute size, but profile {profile.label} gives memory in "
+                f"memory limit {text!r} is an absolute size, but profile {profile.label} gives memory in "
                 "relative units: use a multiple of p such as 1p or 2p"
             )
         return MemoryLimit(s, (size,) * p, _UNIT_NAMES[unit])
     raise MemoryLimitError(
-        f"--mem-limit {text!r} is not a limit: write a multiple of p (1p, 2p, 1.5p), a size "
+        f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none"
     )
 

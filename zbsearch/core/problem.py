@@ -47,9 +47,10 @@ def parse_placement(text: str, p: int) -> Placement:
         except ValueError:
             chunks = 0
         if chunks < 1:
-            raise ZbsearchError(f"--placement {text!r}: write interleaved:V with V >= 1 chunks per rank, e.g. interleaved:2")
+            raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, "
+                                "e.g. interleaved:2")
         return interleaved(p, chunks)
-    raise ZbsearchError(f"--placement {text!r} is not a placement: use linear, interleaved:V, v or auto")
+    raise ZbsearchError(f"placement {text!r} is not known: use one of linear, interleaved:V, v, auto")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Problem:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ZbsearchError(f"--objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
+            raise ZbsearchError(f"objective {self.objective!r} is not known: use one of {', '.join(OBJECTIVES)}")
         if self.placement.num_ranks != self.profile.num_stages:
             raise ProfileError(
                 f"profile {self.profile.label} has {self.profile.num_stages} stages but placement "

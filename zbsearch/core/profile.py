@@ -15,10 +15,9 @@ per-chunk costs in `chunks` (one entry per global chunk index).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import ProfileError
 from .fileio import read_json, write_atomic
@@ -27,7 +26,7 @@ from .profile_validation import PROFILE_SCHEMA_PATH, check_memory_order, check_p
 
 __all__ = [
     "MAX_MICROBATCHES", "MAX_STAGES", "PROFILE_SCHEMA_PATH", "Profile", "StageCost", "check_microbatches",
-    "check_stages", "load_profile", "parse_uniform", "profile_schema", "uniform_profile",
+    "check_stages", "load_profile", "profile_schema", "uniform_profile",
 ]
 
 MAX_STAGES = 1024
@@ -211,21 +210,4 @@ def uniform_profile(
         "comm": comm,
         "source": {"kind": "estimated", "method": "uniform shorthand: identical stages given on the command line"},
     }
-    return Profile.from_dict(data, origin="--uniform")
-
-
-def parse_uniform(text: str, p: int, m: int, memory: str | None = None) -> Profile:
-    """Parse the CLI's `F,B,W[,COMM]` and `M_B,M_W` strings."""
-    def numbers(s: str, flag: str, counts: Sequence[int]) -> list[float]:
-        try:
-            vals = [float(x) for x in s.split(",")]
-        except ValueError:
-            vals = []
-        if len(vals) not in counts or not all(math.isfinite(v) for v in vals):
-            raise ProfileError(f"{flag} {s!r} is not {' or '.join(str(c) for c in counts)} comma-separated numbers; "
-                               f"write e.g. {flag} {'1,1,1' if flag == '--uniform' else '1,0.5'}")
-        return vals
-
-    t = numbers(text, "--uniform", (3, 4))
-    mem = numbers(memory, "--uniform-memory", (2,)) if memory else [1.0, 0.5]
-    return uniform_profile(*t, p=p, m=m, mem_B=mem[0], mem_W=mem[1])
+    return Profile.from_dict(data, origin="uniform profile")

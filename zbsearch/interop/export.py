@@ -96,7 +96,7 @@ def torch_lowered(schedule: Schedule) -> list[list[Any]]:
     """
     from .torch_import import torch_schedules
 
-    S = torch_schedules("--format torch-csv-comms")
+    S = torch_schedules("the torch-csv-comms export")
     p, n, m = schedule.num_ranks, schedule.placement.num_chunks, schedule.num_microbatches
     actions = {r: [S._Action.from_str(a) for a in row] for r, row in enumerate(torch_rows(schedule))}
     try:
@@ -209,7 +209,7 @@ def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
     if fmt not in FORMATS:
         raise ZbsearchError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt in NEEDS_PROFILE and profile is None:
-        raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or --uniform F,B,W")
+        raise ZbsearchError(f"the {fmt} export needs costs for the timeline: give a profile")
     timeline = validate(schedule, profile)
     if fmt == "torch-csv":
         torch_compatible(schedule)

@@ -193,22 +193,22 @@ def _check_request(schedule: Schedule, nproc: int | None, backend: str, model: s
                    profile: Profile | None) -> None:
     """Refuse, before any process starts, what cannot run: each message says what to use instead."""
     if backend not in BACKENDS:
-        raise RunError(f"--backend {backend!r}: use gloo (CPU) or nccl (GPUs)")
+        raise RunError(f"backend {backend!r} is not known: use gloo (CPU) or nccl (GPUs)")
     if model not in MODELS:
-        raise RunError(f"--model {model!r} is not a model: use one of {', '.join(MODELS)}")
+        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}")
     if steps < 1:
-        raise RunError(f"--steps {steps}: run at least 1 step")
+        raise RunError(f"step count {steps} is too small: run at least 1 step")
     p = schedule.num_ranks
     if nproc is not None and nproc != p:
-        raise RunError(f"--nproc {nproc} does not match schedule {schedule.name!r}, which has {p} ranks: "
-                       f"drop --nproc or use --nproc {p} (one process per rank)")
+        raise RunError(f"process count {nproc} does not match schedule {schedule.name!r}, which has {p} ranks: "
+                       f"start {p} processes, one per rank")
     validate(schedule, profile)
     torch_compatible(schedule)
     torch = require_torch()
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < p):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        raise RunError(f"--backend nccl needs one GPU per rank: {p} ranks but {have} GPU(s) visible; "
-                       "use --backend gloo to run on CPU")
+        raise RunError(f"backend nccl needs one GPU per rank: {p} ranks but {have} GPU(s) visible; "
+                       "use gloo to run on CPU")
 
 
 def _collect(schedule: Schedule, backend: str, model: str, steps: int, profile: Profile | None,

@@ -29,7 +29,7 @@ def microbatches_from_batch(global_batch: int, dp: int, micro_batch: int) -> int
     PlanError
         A count below 1, or a global batch that dp x micro-batch does not divide.
     """
-    for what, value in (("global batch", global_batch), ("dp", dp), ("micro-batch size", micro_batch)):
+    for what, value in (("global batch", global_batch), ("data-parallel degree", dp), ("micro-batch size", micro_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PlanError(f"{what} {value!r} is not a count: give a whole number >= 1")
     per_step = dp * micro_batch
@@ -184,11 +184,11 @@ def plan(profile: Profile, m: int, *, limit: MemoryLimit | None = None, target: 
     """
     p = profile.num_stages
     if p < 2:
-        raise PlanError(f"pipelining needs at least 2 ranks, got p={p} stages: one rank has no bubble to plan")
+        raise PlanError(f"pipelining needs at least 2 ranks, got p={p}: use 2 or more (one rank has no bubble)")
     check_target(target)
     check_objective(objective)
     if v < 1:
-        raise PlanError(f"chunks per rank {v} is not a chunk count: use 2 or more")
+        raise PlanError(f"chunk count {v} is too small: interleaved-1f1b needs 2 or more chunks per rank")
     limit_units = None if limit is None or limit.unlimited else limit.in_stage_units(profile)
     rows: list[PlanRow] = []
     skipped: list[Skipped] = []

@@ -44,7 +44,8 @@ def generate(name: str, p: int, m: int, chunks: int | None = None) -> Schedule:
         return spec.generator(p, m, chunks if chunks is not None else spec.default_chunks)
     if chunks not in (None, spec.default_chunks):
         chosen = ", ".join(s.name for s in REGISTRY.values() if s.takes_chunks)
-        raise PreconditionError(f"{spec.name} has a fixed placement; a chunk count applies to {chosen} only")
+        raise PreconditionError(f"chunk count {chunks} does not apply to {spec.name}, which has a fixed placement: "
+                                f"only {chosen} takes one")
     return spec.generator(p, m)
 
 
