@@ -26,7 +26,7 @@ from pathlib import Path
 from zbsearch.core.errors import PreconditionError
 from zbsearch.core.fileio import write_atomic
 from zbsearch.core.memory import parse_mem_limit
-from zbsearch.core.problem import make_problems
+from zbsearch.search.problem import make_problems
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import REGISTRY, generate
 from zbsearch.search.solve import solve_placements

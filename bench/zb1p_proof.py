@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from zbsearch.search.bounds import lower_bound
-from zbsearch.core.problem import make_problem
+from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import load_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate

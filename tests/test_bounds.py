@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from zbsearch.search.bounds import lower_bound, rank_bounds
-from zbsearch.core.problem import make_problem
+from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate

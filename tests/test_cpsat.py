@@ -17,7 +17,7 @@ from ortools.sat.python import cp_model
 
 from zbsearch.core.ir import Kind
 from zbsearch.core.memory import MemoryLimit
-from zbsearch.core.problem import Problem, make_problem, on_grid
+from zbsearch.search.problem import Problem, make_problem, on_grid
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.search import cpsat

@@ -19,7 +19,7 @@ from zbsearch.cli.app import app
 from zbsearch.core.errors import ScheduleError, ZbsearchError
 from zbsearch.interop.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
 from zbsearch.core.ir import Action, Schedule, build, interleaved, linear, vshape
-from zbsearch.core.problem import make_problem
+from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY, generate
 from zbsearch.sim.simulate import simulate

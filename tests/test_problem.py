@@ -1,4 +1,4 @@
-"""core/problem.py: placements from the strings users type, the list of passes every model reads, the
+"""search/problem.py: placements from the strings users type, the list of passes every model reads, the
 problem's own checks, and the integer grid the CP-SAT model runs on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from zbsearch.core.errors import InfeasibleError, ProfileError, ZbsearchError
 from zbsearch.core.ir import Action, Kind, interleaved, linear, vshape
 from zbsearch.core.memory import no_limit, parse_mem_limit
-from zbsearch.core.problem import OBJECTIVES, Problem, make_problem, make_problems, on_grid, parse_placement
+from zbsearch.search.problem import OBJECTIVES, Problem, make_problem, make_problems, on_grid, parse_placement
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate

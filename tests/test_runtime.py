@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.core.errors import DependencyError, RunError
-from zbsearch.core.problem import make_problem
+from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.search.solve import solve

@@ -15,7 +15,7 @@ from zbsearch.cli.app import app
 from zbsearch.core.errors import InfeasibleError, ScheduleError
 from zbsearch.core.ir import Action, Kind, build, linear
 from zbsearch.core.memory import parse_mem_limit
-from zbsearch.core.problem import Problem, make_problem
+from zbsearch.search.problem import Problem, make_problem
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.search.solve import solve
 from zbsearch.sim.validate import validate
@@ -142,7 +142,7 @@ def test_cli_solve_infeasible_is_one_line():
 
 
 def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
-    from zbsearch.core.problem import make_problems
+    from zbsearch.search.problem import make_problems
     from zbsearch.search.solve import solve_placements
 
     prof = uniform_profile(1, 1, 1, p=4, m=8)

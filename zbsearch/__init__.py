@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 
 # Names loaded on first use: the search pulls in OR-Tools, which `import zbsearch` should not pay for.
 _LAZY = {
-    "Problem": "core.problem", "make_problems": "core.problem",
+    "Problem": "search.problem", "make_problems": "search.problem",
     "solve": "search.solve", "solve_placements": "search.solve", "SolveResult": "search.solve",
     "SolveReport": "search.solve_report",
     "export": "interop.export", "import_torch_csv": "interop.torch_import",

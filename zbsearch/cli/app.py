@@ -28,7 +28,7 @@ from .options import (
     naming_subjects, parse_limit, problem_for_schedule,
 )
 from ..core.ir import Schedule
-from ..core.problem import make_problems
+from ..search.problem import make_problems
 from ..core.profile import profile_schema
 from ..report import render
 from ..report.render import fmt_number, gantt, headline, summary_table

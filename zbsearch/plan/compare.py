@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 from ..core.errors import DependencyError, InfeasibleError, PlanError, PreconditionError, ScheduleError
 from ..core.fileio import write_atomic
 from ..core.memory import parse_mem_limit
-from ..core.problem import OBJECTIVES
+from ..search.problem import OBJECTIVES
 from ..core.profile import Profile
 from ..schedules import REGISTRY
 from .figures import chart_title, figure_paths, gantt_charts, pareto_points, write_figures

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ..core.ir import Schedule
 from ..core.memory import parse_mem_limit
-from ..core.problem import make_problems
+from ..search.problem import make_problems
 from ..core.profile import Profile
 from ..schedules import REGISTRY, generate
 from ..sim.simulate import Timeline

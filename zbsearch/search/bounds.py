@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.ir import Action, Kind
-from ..core.problem import Pass, Problem
+from .problem import Pass, Problem
 from ..sim.validate import MEMORY_RTOL
 
 

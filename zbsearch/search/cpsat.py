@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 
 from .bounds import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
 from ..core.ir import Action, Kind, Schedule, build
-from ..core.problem import Problem
+from .problem import Problem
 
 # Memory is scaled to integers with this many units per the smallest mem_B of the problem; the
 # rounding error is far below any limit users give (a millionth of one microbatch's activations).

@@ -15,7 +15,7 @@ from .bounds import RankBound, objective_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
 from ..core.errors import InfeasibleError, ZbsearchError
 from ..core.ir import Action, Kind, Schedule, build
-from ..core.problem import Problem, on_grid
+from .problem import Problem, on_grid
 from ..sim.summary import summarize
 from .solve_report import SolveReport
 from ..sim.simulate import Timeline, simulate

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import ProfileError, ZbsearchError
-from .ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
-from .memory import MemoryLimit, check_feasible
-from .profile import Profile
+from ..core.errors import ProfileError, ZbsearchError
+from ..core.ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
+from ..core.memory import MemoryLimit, check_feasible
+from ..core.profile import Profile
 from ..sim.simulate import dependencies, memory_delta
 
 OBJECTIVES = ("makespan", "span")
@@ -104,7 +104,7 @@ class Problem:
 
 def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear") -> Problem:
     """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
-    from .memory import parse_mem_limit
+    from ..core.memory import parse_mem_limit
 
     return Problem(profile, parse_placement(placement, profile.num_stages), profile.microbatches,
                    parse_mem_limit(mem_limit, profile), objective)
@@ -128,7 +128,7 @@ def on_grid(problem: Problem, step: float) -> Problem:
     down to integers: a relaxation of the real problem (see cpsat.py for why)."""
     from dataclasses import replace
 
-    from .profile import StageCost
+    from ..core.profile import StageCost
 
     def down(x: float) -> float:
         return float(math.floor(x / step + 1e-9))
