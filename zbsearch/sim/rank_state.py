@@ -71,7 +71,9 @@ class ChunkProgress:
         return waiting_b * self.cost.mem_B + waiting_w * self.cost.mem_W
 
     def duration(self, kind: Kind) -> float:
-        return {Kind.F: self.cost.F, Kind.B: self.cost.B, Kind.W: self.cost.W}[kind]
+        if kind is Kind.F:
+            return self.cost.F
+        return self.cost.B if kind is Kind.B else self.cost.W
 
     def record(self, kind: Kind, end: float) -> int:
         """Count one more pass of `kind` that ended at `end`; return its microbatch."""
