@@ -209,6 +209,17 @@ def test_a_bug_in_a_generator_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
         H.candidates(profile, 8, parse_mem_limit("2p", profile))
 
 
+def test_a_bug_while_timing_a_handcrafted_schedule_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only a deadlock (ScheduleError) drops a handcrafted schedule from the cheap ranking.
+    def broken(schedule, profile):
+        raise KeyError((0, "F", 99))
+
+    monkeypatch.setattr(H, "simulate", broken)
+    profile = uniform_profile(1, 1, 1, p=4, m=8)
+    with pytest.raises(KeyError):
+        H.candidates(profile, 8, parse_mem_limit("2p", profile))
+
+
 @pytest.mark.parametrize("p,has_dualpipe", [(3, False), (4, True)])
 def test_generators_not_defined_for_p_m_are_left_out(p: int, has_dualpipe: bool) -> None:
     # DualPipe needs an even p: at p = 3 it is left out (not an error), the others are there.
