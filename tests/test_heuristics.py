@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from zbsearch.search import heuristics as H
-from zbsearch.core.errors import InfeasibleError, PreconditionError
-from zbsearch.core.ir import interleaved, linear, vshape
+from zbsearch.core.errors import InfeasibleError, PreconditionError, ProfileError
+from zbsearch.core.ir import dualpipe, interleaved, linear, vshape
 from zbsearch.core.memory import MemoryLimit, parse_mem_limit
 from zbsearch.core.profile import Profile, load_profile, uniform_profile
 from zbsearch.sim.simulate import simulate
@@ -236,6 +236,12 @@ def test_bad_arguments() -> None:
         H.candidates(profile, 8, limit, "throughput")        # type: ignore[arg-type]
     with pytest.raises(PreconditionError, match="linear placement"):
         H.greedy(profile, 8, limit, placement=vshape(4), options=H.GreedyOptions("rounds"))
+    with pytest.raises(PreconditionError, match="single route; 'dualpipe' has 2"):
+        H.greedy(profile, 8, limit, placement=dualpipe(4), options=H.GreedyOptions("list"))
+    with pytest.raises(PreconditionError, match="'linear' has 8 ranks but profile .* has 4 stages"):
+        H.greedy(profile, 8, limit, placement=linear(8))
+    with pytest.raises(ProfileError, match="microbatches m is 0"):
+        H.greedy(profile, 0, limit)
 
 
 def test_uniform_makespan_reaches_the_known_optimum() -> None:
