@@ -38,6 +38,7 @@ class RoundsEngine:
         self.hop = [profile.comm[j] if profile.comm else 0.0 for j in range(p - 1)]
         self.order: list[list[tuple[int, Kind, int]]] = [[] for _ in range(p)]
         self.peak = [0.0] * p
+        self.worst_idle = 0.0       # the largest idle time of any rank so far (idle times only grow)
 
     def run(self) -> EngineResult:
         self.warm_up()
@@ -157,7 +158,7 @@ class RoundsEngine:
 
     def _affordable_bubble(self, j: int) -> float:
         """How much more idle time rank j may take before its span grows past the worst rank's."""
-        return max(c.idle for c in self.clocks) - self.clocks[j].idle
+        return self.worst_idle - self.clocks[j].idle
 
     def put(self, j: int, kind: Kind) -> None:
         """Append the next pass of `kind` to rank j, timed as the simulator will time it."""
@@ -172,7 +173,9 @@ class RoundsEngine:
             ready = self.chunks[j + 1].b_end[i] + self.hop[j] if j < self.p - 1 else chunk.f_end[i]
         else:
             ready = 0.0
-        _, end = self.clocks[j].run(ready, chunk.duration(kind))
+        clock = self.clocks[j]
+        _, end = clock.run(ready, chunk.duration(kind))
+        self.worst_idle = max(self.worst_idle, clock.idle)
         i = chunk.record(kind, end)
         if kind is Kind.F:
             self.peak[j] = max(self.peak[j], chunk.held())

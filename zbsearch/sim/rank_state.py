@@ -18,7 +18,7 @@ from ..core.ir import Kind
 from ..core.profile import StageCost
 
 
-@dataclass
+@dataclass(slots=True)
 class RankClock:
     """When a rank is free again, when it started its first pass, and how long it sat idle since."""
 
@@ -47,7 +47,7 @@ def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:
     }[kind]
 
 
-@dataclass
+@dataclass(slots=True)
 class ChunkProgress:
     """One chunk's passes so far (each kind runs in microbatch order on a chunk), when each of its F
     and B passes ended (-1 until it runs), and the activation memory they hold."""
