@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from zbsearch.search import heuristics as H
-from zbsearch.core.errors import InfeasibleError, PreconditionError
-from zbsearch.core.ir import interleaved, linear, vshape
+from zbsearch.core.errors import InfeasibleError, PreconditionError, ProfileError
+from zbsearch.core.ir import dualpipe, interleaved, linear, vshape
 from zbsearch.core.memory import MemoryLimit, parse_mem_limit
 from zbsearch.core.profile import Profile, load_profile, uniform_profile
-from zbsearch.schedules import REGISTRY, Generator
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 
@@ -192,14 +191,42 @@ def test_chunked_placements_and_top() -> None:
     assert len(H.candidates(profile, 8, limit, top=2)) == 2
 
 
-def test_missing_generator_module_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A generator registered before its module lands must not break the heuristics.
-    registry = dict(REGISTRY)
-    registry["not-yet"] = Generator("not-yet", "no_such_module", "f", "placeholder")
-    monkeypatch.setattr("zbsearch.schedules.REGISTRY", registry)
+def test_a_bug_in_a_generator_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only "not defined for these p, m" (PreconditionError) drops a generator; any other error is a bug
+    # that must reach the caller instead of silently shrinking the candidates.
+    import zbsearch.schedules as schedules
+
+    real = schedules.generate
+
+    def broken(name: str, p: int, m: int, chunks: int | None = None):
+        if name == "zb-h1":
+            raise AttributeError("module 'zero_bubble' has no attribute 'zb_h1'")
+        return real(name, p, m, chunks)
+
+    monkeypatch.setattr(schedules, "generate", broken)
     profile = uniform_profile(1, 1, 1, p=4, m=8)
-    names = [n for n, _, _ in H.candidates(profile, 8, parse_mem_limit("2p", profile))]
-    assert "1f1b" in names and "not-yet" not in names
+    with pytest.raises(AttributeError, match="zb_h1"):
+        H.candidates(profile, 8, parse_mem_limit("2p", profile))
+
+
+def test_a_bug_while_timing_a_handcrafted_schedule_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only a deadlock (ScheduleError) drops a handcrafted schedule from the cheap ranking.
+    def broken(schedule, profile):
+        raise KeyError((0, "F", 99))
+
+    monkeypatch.setattr(H, "simulate", broken)
+    profile = uniform_profile(1, 1, 1, p=4, m=8)
+    with pytest.raises(KeyError):
+        H.candidates(profile, 8, parse_mem_limit("2p", profile))
+
+
+@pytest.mark.parametrize("p,has_dualpipe", [(3, False), (4, True)])
+def test_generators_not_defined_for_p_m_are_left_out(p: int, has_dualpipe: bool) -> None:
+    # DualPipe needs an even p: at p = 3 it is left out (not an error), the others are there.
+    profile = uniform_profile(1, 1, 1, p=p, m=2 * p)
+    names = [n for n, _, _ in H.candidates(profile, 2 * p, parse_mem_limit("2p", profile))]
+    assert {"1f1b", "zb-h1", "zb-v"} <= set(names)
+    assert ("dualpipe" in names) == has_dualpipe
 
 
 def test_bad_arguments() -> None:
@@ -209,6 +236,12 @@ def test_bad_arguments() -> None:
         H.candidates(profile, 8, limit, "throughput")        # type: ignore[arg-type]
     with pytest.raises(PreconditionError, match="linear placement"):
         H.greedy(profile, 8, limit, placement=vshape(4), options=H.GreedyOptions("rounds"))
+    with pytest.raises(PreconditionError, match="single route; 'dualpipe' has 2"):
+        H.greedy(profile, 8, limit, placement=dualpipe(4), options=H.GreedyOptions("list"))
+    with pytest.raises(PreconditionError, match="'linear' has 8 ranks but profile .* has 4 stages"):
+        H.greedy(profile, 8, limit, placement=linear(8))
+    with pytest.raises(ProfileError, match="microbatches m is 0"):
+        H.greedy(profile, 0, limit)
 
 
 def test_uniform_makespan_reaches_the_known_optimum() -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import pytest
 
 from zbsearch.core.errors import ScheduleError
-from zbsearch.core.ir import BW, B, F, W, build, dualpipe, interleaved, linear, overlap, vshape
+from zbsearch.core.ir import BW, B, F, W, Kind, build, dualpipe, interleaved, linear, overlap, vshape
 from zbsearch.core.profile import Profile
 from zbsearch.sim.summary import summarize
 from zbsearch.schedules import generate
+from zbsearch.sim import simulate as simulate_module
+from zbsearch.sim.rank_state import ChunkProgress, RankClock, memory_delta
 from zbsearch.sim.simulate import chunk_costs, pass_cost, simulate
 
 
@@ -343,3 +345,41 @@ def test_partial_progress_before_deadlock_is_not_reported():
 def test_profile_with_wrong_stage_count_is_refused():
     with pytest.raises(ScheduleError, match="3 stages"):
         simulate(split_p2(), profile([{"F": 1, "B": 1, "W": 1}] * 3, 0))
+
+
+# -- the shared per-rank rule (rank_state), which the greedy engines advance too ------------------
+
+def test_rank_clock_starts_when_free_and_ready_and_counts_idle_after_the_first_pass():
+    clock = RankClock()
+    assert clock.run(2.0, 3.0) == (2.0, 5.0)        # waits for its input: no idle before the first pass
+    assert (clock.first_start, clock.idle) == (2.0, 0.0)
+    assert clock.run(4.0, 1.0) == (5.0, 6.0)        # input already there: starts when the rank is free
+    assert clock.run(10.0, 1.0) == (10.0, 11.0)     # 4 idle between 6 and 10
+    assert (clock.first_start, clock.free, clock.idle) == (2.0, 11.0, 4.0)
+
+
+def test_chunk_progress_counts_memory_as_the_simulator_levels_it():
+    # Rank 1 of split_p2 (mem_B 6, mem_W 2): F0 B0 F1 B1 W0 W1. After each pass the count-based level
+    # equals the simulator's curve: 6, 2, 8, 4, 2, 0.
+    prof = profile(P2, [0.5])
+    tl = simulate(split_p2(), prof)
+    chunk = ChunkProgress(prof.stages[1], 2)
+    levels = []
+    for slot in tl.slots[1]:
+        a = slot.action
+        assert chunk.record(a.kind, slot.end) == a.microbatch
+        assert chunk.duration(a.kind) == slot.end - slot.start
+        levels.append(chunk.held())
+    assert levels == [6, 2, 8, 4, 2, 0] == [lvl for _, lvl, _ in tl.memory[1]]
+    assert chunk.f_end == [3.5, 8.5] and chunk.b_end == [6.5, 11.5]
+    assert (chunk.forwards, chunk.backwards, chunk.weights) == (2, 2, 2)
+    # what-if levels: one more F (+6), one W fewer held (-2)
+    chunk.weights = 1
+    assert (chunk.held(), chunk.held(more_forwards=1), chunk.held(fewer_weights=1)) == (2, 8, 0)
+
+
+def test_memory_delta_is_the_one_rule():
+    cost = profile(P2, [0.5]).stages[0]
+    assert simulate_module.memory_delta is memory_delta
+    assert [memory_delta(cost, k) for k in (Kind.F, Kind.B, Kind.W, Kind.FULL_B)] == [
+        (4, 0), (0, 3), (0, 1), (0, 4)]

@@ -9,7 +9,8 @@ and communication overlap perfectly, sends never block, and kernels launch insta
 F&B pair takes the sum of its two passes (the profile does not say how much overlap would save).
 
 Memory follows the Zero Bubble paper: a forward allocates mem_B when it starts, B frees mem_B - mem_W
-and W frees mem_W when they end; a full backward frees mem_B.
+and W frees mem_W when they end; a full backward frees mem_B. Both rules live in rank_state.py, which
+the greedy engines advance too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Iterator, Sequence
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
 from ..core.profile import Profile, StageCost
+from .rank_state import RankClock, memory_delta
+
+__all__ = ["Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -105,16 +109,6 @@ def chunk_costs(schedule: Schedule, profile: Profile) -> list[StageCost]:
     return [profile.chunk_cost(schedule.placement, c) for c in range(schedule.placement.num_chunks)]
 
 
-def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:
-    """(allocated at start, freed at end) for one pass of this kind."""
-    return {
-        Kind.F: (cost.mem_B, 0.0),
-        Kind.B: (0.0, cost.mem_B - cost.mem_W),
-        Kind.W: (0.0, cost.mem_W),
-        Kind.FULL_B: (0.0, cost.mem_B),
-    }[kind]
-
-
 def dependencies(schedule: Schedule, profile: Profile | None, action: Action) -> list[tuple[tuple[int, str, int], float]]:
     """Data inputs of one compute pass: (key of the producing pass, hop time). Keys are
     (chunk, 'F' | 'BWD' | 'W', microbatch); 'BWD' is whichever backward (I or full) the chunk ran."""
@@ -157,7 +151,7 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
             "use a profile with one stage per rank"
         )
     end: dict[tuple[int, str, int], float] = {}
-    free = [0.0] * p
+    clocks = [RankClock() for _ in range(p)]
     ptr = [0] * p
     slots: list[list[Slot]] = [[] for _ in range(p)]
     costs = chunk_costs(schedule, profile)
@@ -177,12 +171,10 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
                     ready = max(ready, t + hop)
                 else:
                     action = rank[ptr[r]]
-                    start = max(free[r], ready)
-                    finish = start + pass_cost(costs, action)
+                    start, finish = clocks[r].run(ready, pass_cost(costs, action))
                     for a in action.passes():
                         end[pass_key(a)] = finish
                     slots[r].append(Slot(r, ptr[r], action, start, finish))
-                    free[r] = finish
                     ptr[r] += 1
                     remaining -= 1
                     progressed = True
