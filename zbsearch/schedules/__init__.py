@@ -18,10 +18,6 @@ _MODULES = (gpipe, one_f_one_b, interleaved, zero_bubble, zbv, dualpipe, vshape)
 
 REGISTRY: dict[str, ScheduleSpec] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 
-# The record's name before it held the closed forms; kept for code that still imports it.
-Generator = ScheduleSpec
-
-
 def names() -> list[str]:
     return list(REGISTRY)
 
@@ -49,4 +45,4 @@ def generate(name: str, p: int, m: int, chunks: int | None = None) -> Schedule:
     return spec.generator(p, m)
 
 
-__all__ = ["REGISTRY", "Generator", "MicrobatchRule", "PassTimes", "ScheduleSpec", "generate", "get", "names"]
+__all__ = ["REGISTRY", "MicrobatchRule", "PassTimes", "ScheduleSpec", "generate", "get", "names"]
