@@ -9,6 +9,8 @@ that claims to be exact against the simulator on uniform stages.
 from __future__ import annotations
 
 import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +51,12 @@ def test_record_keys_equal_the_registry_names() -> None:
     # Every schedule module in the package registers its records: none is left out of the registry.
     modules = {info.name for info in pkgutil.iter_modules(schedules.__path__)} - {"spec"}
     assert modules == {module.__name__.rsplit(".", 1)[1] for module in schedules._MODULES}
+
+
+def test_the_readme_lists_the_registry_in_its_order() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme.split("## Schedules")[1].split("\n\n")[1]
+    assert re.findall(r"^\| `([\w-]+)` \|", table, re.M) == list(REGISTRY)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -158,9 +158,8 @@ def display_name(name: str, chunks: int | None = None) -> str:
 
 
 def torch_available() -> bool:
-    """True when torch and zbsearch's torch importer are both there (nothing is imported)."""
-    return (importlib.util.find_spec("torch") is not None
-            and importlib.util.find_spec("zbsearch.interop.torch_import") is not None)
+    """True when torch is installed (nothing is imported): torch's built-in orders need it."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def torch_schedule(name: str, profile: Profile) -> Schedule:
