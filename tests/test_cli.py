@@ -538,10 +538,10 @@ def test_load_problem_profile(profile_file):
 
 def test_parse_limit_names_the_profile_file(profile_file):
     problem = load_problem(profile_file, None, None, None)
-    assert parse_limit(None, problem, profile_file) is None
-    assert parse_limit("2p", problem, profile_file).per_rank == (8.0,) * 4
+    assert parse_limit(None, problem) is None
+    assert parse_limit("2p", problem).per_rank == (8.0,) * 4
     with pytest.raises(MemoryLimitError) as info:
-        parse_limit("1GiB", problem, profile_file)
+        parse_limit("1GiB", problem)
     assert str(info.value) == (f"--mem-limit: memory limit '1GiB' is an absolute size, but profile "
                                f"{str(profile_file)!r} gives memory in relative units: use a multiple of p such as 1p "
                                "or 2p")

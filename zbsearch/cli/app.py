@@ -113,7 +113,7 @@ def baseline(
     reason); -o is written only for a valid schedule.
     """
     problem = load_problem(profile, uniform, p, m, uniform_memory)
-    limit = parse_limit(mem_limit, problem, profile)
+    limit = parse_limit(mem_limit, problem)
     with naming_subjects({"--chunks": "chunk count"}):
         schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
     report = check(schedule, problem, limit)
@@ -180,7 +180,7 @@ def validate(
     if mem_limit is not None and profile is None and uniform is None:
         raise ScheduleError("--mem-limit needs costs: add --profile PROFILE.json or --uniform F,B,W")
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    limit = parse_limit(mem_limit, problem, profile) if problem is not None else None
+    limit = parse_limit(mem_limit, problem) if problem is not None else None
     report = check(schedule, problem, limit)
     report.raise_if_invalid(schedule.name)
     what = (f"{schedule.name!r} is valid: {schedule.num_ranks} ranks, {schedule.num_microbatches} microbatches, "
@@ -223,7 +223,6 @@ def solve(
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     prof = load_problem(profile, uniform, p, m, uniform_memory)
-    parse_limit(mem_limit, prof, profile)  # a limit that does not apply is reported naming the profile file
     with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
         problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
     out = stdout_console()

@@ -96,7 +96,7 @@ def compare_command(
     prof = load_problem(profile, uniform, p, m[0] if m else None, uniform_memory)
     for limit in mem_limits:
         # a limit that does not apply is reported naming the profile file
-        parse_limit(limit, prof, profile, "--mem-limits")
+        parse_limit(limit, prof, "--mem-limits")
     if figures:
         from ..report.plot import require_matplotlib
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from ..core.errors import PreconditionError, ProfileError, ZbsearchError
+from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
@@ -231,16 +230,13 @@ def problem_for_schedule(
     raise ProfileError(f"-p {p} does not match schedule {where!r}, which has {ranks} ranks: drop -p or use -p {ranks}")
 
 
-def parse_limit(text: str | None, problem: Profile, profile: Path | None = None,
-                flag: str = "--mem-limit") -> MemoryLimit | None:
+def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit") -> MemoryLimit | None:
     """--mem-limit for this problem (None when not given); errors name `flag`, the option `text` came
-    from. A message about the profile names the file the user gave, not the `name` inside it (often the
-    same in every file)."""
+    from. A message about the profile names its file (`Profile.label`), not the `name` inside it."""
     if text is None:
         return None
-    shown = replace(problem, name=str(profile)) if profile is not None else problem
     with naming({flag: text}):
-        return parse_mem_limit(text, shown)
+        return parse_mem_limit(text, problem)
 
 
 @contextmanager
@@ -291,10 +287,3 @@ def _mentions(message: str, word: str, whole: bool = False) -> bool:
     tail = r"(?![\w.])" if whole else ""
     return re.search(rf"(?<![\w.-]){re.escape(word)}{tail}", message) is not None
 
-
-def check_chunks(chunks: int | None) -> int | None:
-    """--chunks must be a positive integer when given (the option's parser already ensures it; kept for
-    callers that pass a count from code)."""
-    if chunks is not None and chunks < 1:
-        raise PreconditionError(f"--chunks {chunks} is not a chunk count: use 1 or more, e.g. --chunks 2")
-    return chunks

@@ -25,7 +25,7 @@ from ..plan.microbatches import check_target
 from ..plan.planner import Plan, PlanRow, microbatches_from_batch, plan
 from .options import (
     PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
-    UniformMemoryOpt, UniformOpt, check_chunks, load_problem, naming, naming_subjects, parse_limit,
+    UniformMemoryOpt, UniformOpt, load_problem, naming, naming_subjects, parse_limit,
 )
 from ..schedules import REGISTRY
 
@@ -163,10 +163,9 @@ def plan_command(
     problem = load_problem(profile, uniform, p, m_value, uniform_memory)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
-    limit = parse_limit(mem_limit, problem, profile)
-    v = check_chunks(chunks)
+    limit = parse_limit(mem_limit, problem)
     result = plan(problem, problem.microbatches, limit=limit, target=target_bubble,
-                  v=v if v is not None else REGISTRY["interleaved-1f1b"].default_chunks or 2,
+                  v=chunks if chunks is not None else REGISTRY["interleaved-1f1b"].default_chunks or 2,
                   objective=objective, m_source=m_source)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
