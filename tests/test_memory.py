@@ -9,7 +9,7 @@ import pytest
 
 from zbsearch.core.errors import InfeasibleError, MemoryLimitError
 from zbsearch.core.ir import linear, vshape
-from zbsearch.core.memory import check_feasible, parse_mem_limit
+from zbsearch.core.memory import DEFAULT_HEADROOM, check_feasible, parse_mem_limit
 from zbsearch.core.profile import Profile, load_profile, uniform_profile
 
 GiB = 2**30
@@ -55,10 +55,21 @@ def test_absolute_sizes(text, size):
     assert limit.per_rank == (size, size)
 
 
-def test_auto_is_capacity_minus_static_bytes():
+def test_auto_is_capacity_less_headroom_minus_static_bytes():
+    # in_bytes(): 80 GiB devices, 20 GiB static on each rank.
     limit = parse_mem_limit("auto", in_bytes())
-    assert limit.per_rank == (60 * GiB, 60 * GiB)
-    assert limit.text == "auto"
+    assert limit.per_rank == pytest.approx((80 * GiB * (1 - DEFAULT_HEADROOM) - 20 * GiB,) * 2)
+    assert limit.text == "auto" and not limit.includes_static  # a stage-level profile: activations only
+    assert parse_mem_limit("auto", in_bytes(), headroom=0.0).per_rank == (60 * GiB, 60 * GiB)
+    assert parse_mem_limit("auto", in_bytes(), headroom=0.25).per_rank == (40 * GiB, 40 * GiB)
+
+
+def test_auto_with_no_room_left_names_the_rank_and_the_sizes():
+    with pytest.raises(MemoryLimitError, match=r"^memory limit auto leaves no room on rank 0: its static bytes "
+                       r"\(20 GiB\) exceed the usable device memory \(20 GiB after a 75% headroom\)$"):
+        parse_mem_limit("auto", in_bytes(), headroom=0.75)
+    with pytest.raises(MemoryLimitError, match="headroom 1.5 is not a share"):
+        parse_mem_limit("auto", in_bytes(), headroom=1.5)
 
 
 @pytest.mark.parametrize("text", [None, "none", "", "  ", "NONE", "inf", "unlimited"])
@@ -84,7 +95,8 @@ UNKNOWN = "is not understood: use a multiple of p (1p, 2p, 1.5p), a size (48GiB,
     ("auto", in_bytes(capacity=None), NO_AUTO.format("'profile'")),
     ("auto", in_bytes(static=False), NO_AUTO.format("'profile'")),
     ("auto", in_bytes(capacity=10 * GiB),
-     "memory limit auto leaves no room on rank 0: its static bytes exceed the device capacity"),
+     "memory limit auto leaves no room on rank 0: its static bytes (20 GiB) exceed the usable device memory "
+     "(9.2 GiB after a 8% headroom)"),
     ("0p", relative(), "memory limit '0p' must be positive, e.g. 1p or 2p"),
     ("0GiB", in_bytes(), "memory limit '0GiB' must be positive"),
     ("lots", relative(), f"memory limit 'lots' {UNKNOWN}"),
@@ -164,7 +176,7 @@ def test_multiples_of_p_give_the_minimum_in_p_rounded_up(p: int, text: str, mini
 
 
 def test_a_limit_short_on_one_rank_names_it_and_the_rank_that_needs_the_most() -> None:
-    prof = ranked([3 * GiB, 1 * GiB], capacity=12 * GiB, static=[5 * GiB, 11.5 * GiB])
+    prof = ranked([3 * GiB, 1 * GiB], capacity=12 * GiB / (1 - DEFAULT_HEADROOM), static=[5 * GiB, 11.5 * GiB])
     assert infeasible(prof, "auto") == (
         "memory limit auto is infeasible: one microbatch in flight needs at least 1 GiB on rank 1 (rank 0 needs the "
         "most), but the limit gives it 0.5 GiB; the minimum is 3 GiB per rank (the smallest feasible limit): raise the "

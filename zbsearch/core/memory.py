@@ -2,8 +2,11 @@
 
 `2p`, `1p`, `1.5p`: that many times p times the rank's own per-microbatch stage activation memory
 (mem_B), the Zero Bubble paper's ZB-1p / ZB-2p convention. `48GiB`, `40GB`, `1e9`: an absolute size in
-bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity minus the stage's static
-bytes. `none`: no limit. Limits count activations only, the way the paper's limits do.
+bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity, less a headroom kept for
+allocator fragmentation and buffers (`DEFAULT_HEADROOM`), minus the stage's static bytes. `none`: no
+limit. Limits count activations only, the way the paper's limits do, except a size on a profile that is
+one split of its layers (`profile.partition`): there the split decides each rank's static bytes, so a
+size caps the rank's whole memory, static bytes plus activations (`includes_static`).
 
 A limit remembers the unit it was written in, so that a limit too small for one microbatch is answered
 with the minimum in that unit (`4.06 GiB`, `0.25p`), rounded up so that the answer itself fits.
@@ -28,6 +31,9 @@ _UNITS = {
 _UNIT_NAMES = {"": "bytes", "b": "bytes", "kb": "kB", "mb": "MB", "gb": "GB", "tb": "TB",
                "kib": "KiB", "mib": "MiB", "gib": "GiB", "tib": "TiB"}
 P_UNIT = "p"
+# Share of the device kept free by `auto`: the caching allocator's fragmentation, NCCL and workspace
+# buffers are not in the profile, and a plan that fills the device to the byte runs out of memory.
+DEFAULT_HEADROOM = 0.08
 # A limit may fall short of the need by this much (float noise) and still count as meeting it.
 _RTOL = 1e-9
 _P_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)?\s*p\s*$", re.I)
@@ -45,6 +51,8 @@ class MemoryLimit:
     text: str
     per_rank: tuple[float, ...]
     unit: str = P_UNIT
+    # The limit as written caps static bytes + activations; `per_rank` is what is left for activations.
+    includes_static: bool = False
 
     @property
     def unlimited(self) -> bool:
@@ -59,8 +67,9 @@ def no_limit(profile: Profile) -> MemoryLimit:
     return MemoryLimit("none", (math.inf,) * profile.num_stages)
 
 
-def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
-    """Parse a limit string against a profile; raise MemoryLimitError saying what to write instead."""
+def parse_mem_limit(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> MemoryLimit:
+    """Parse a limit string against a profile; raise MemoryLimitError saying what to write instead.
+    `headroom` is the share of the device `auto` keeps free."""
     if text is None or text.strip().lower() in ("", "none", "inf", "unlimited"):
         return no_limit(profile)
     p = profile.num_stages
@@ -78,13 +87,18 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
                 f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
                 f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
             )
-        per = tuple(profile.device_capacity_bytes - profile.stages[r].static_bytes for r in range(p))
+        if not 0 <= headroom < 1:
+            raise MemoryLimitError(f"headroom {headroom} is not a share of the device: give 0 <= headroom < 1")
+        usable = profile.device_capacity_bytes * (1 - headroom)
+        per = tuple(usable - profile.stages[r].static_bytes for r in range(p))
         if min(per) <= 0:
             r = per.index(min(per))
             raise MemoryLimitError(
-                f"memory limit auto leaves no room on rank {r}: its static bytes exceed the device capacity"
+                f"memory limit auto leaves no room on rank {r}: its static bytes "
+                f"({_amount(profile.stages[r].static_bytes / 2**30, 'GiB', up=True)}) exceed the usable device "
+                f"memory ({_amount(usable / 2**30, 'GiB', up=False)} after a {headroom:.0%} headroom)"
             )
-        return MemoryLimit("auto", per, "GiB")
+        return MemoryLimit("auto", per, "GiB", includes_static=profile.partition is not None)
     m = _SIZE_RE.match(s)
     if m:
         unit = (m.group(2) or "").lower()
@@ -96,6 +110,9 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
                 f"memory limit {text!r} is an absolute size, but profile {profile.label} gives memory in "
                 "relative units: use a multiple of p such as 1p or 2p"
             )
+        if profile.partition is not None:
+            return MemoryLimit(s, tuple(size - (profile.stages[r].static_bytes or 0.0) for r in range(p)),
+                               _UNIT_NAMES[unit], includes_static=True)
         return MemoryLimit(s, (size,) * p, _UNIT_NAMES[unit])
     raise MemoryLimitError(
         f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
@@ -131,15 +148,19 @@ def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -
     short = [r for r, (cap, n) in enumerate(zip(limit.per_rank, need)) if cap < n * (1 - _RTOL)]
     if not short:
         return
-    unit = [_unit_size(limit.unit, profile, placement.num_ranks, r) for r in range(placement.num_ranks)]
-    needed = [n / u for n, u in zip(need, unit)]
+    p = placement.num_ranks
+    static = [profile.stages[r].static_bytes or 0.0 if limit.includes_static else 0.0 for r in range(p)]
+    unit = [_unit_size(limit.unit, profile, p, r) for r in range(p)]
+    needed = [(n + s) / u for n, s, u in zip(need, static, unit)]
     rank = max(short, key=lambda r: needed[r])
     top = max(needed)
     most = "the most of any rank" if needed[rank] >= top * (1 - _RTOL) else f"rank {needed.index(top)} needs the most"
+    what = "its static bytes and one microbatch in flight need" if limit.includes_static else \
+        "one microbatch in flight needs"
     raise InfeasibleError(
-        f"memory limit {limit.text} is infeasible: one microbatch in flight needs at least "
+        f"memory limit {limit.text} is infeasible: {what} at least "
         f"{_amount(needed[rank], limit.unit, up=True)} on rank {rank} ({most}), but the limit gives it "
-        f"{_amount(limit.per_rank[rank] / unit[rank], limit.unit, up=False)}; the minimum is "
+        f"{_amount((limit.per_rank[rank] + static[rank]) / unit[rank], limit.unit, up=False)}; the minimum is "
         f"{_amount(top, limit.unit, up=True)} per rank (the smallest feasible limit): raise the limit to at least that"
     )
 

@@ -9,7 +9,9 @@ from. Times are in `time_unit` (any unit, used consistently). Memory is in bytes
 "bytes", or in arbitrary relative units (only the ratios matter) when it is "relative".
 
 Chunked placements split a rank's stage evenly over the chunks it holds unless the profile lists
-per-chunk costs in `chunks` (one entry per global chunk index).
+per-chunk costs in `chunks` (one entry per global chunk index). A profile may also list its `layers`
+(see layers.py): then the split of layers into stages and chunks can be chosen (core/partition.py
+builds the stage-level profile of one split, and remembers the split in `partition`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from .errors import ProfileError
 from .fileio import read_json, write_atomic
 from .ir import Placement
+from .layers import Layer, parse_layers
 from .profile_validation import PROFILE_SCHEMA_PATH, check_memory_order, check_profile_data, profile_schema
 
 __all__ = [
@@ -75,6 +78,11 @@ class Profile:
     device_capacity_bytes: float | None = None
     chunks: tuple[StageCost, ...] | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    layers: tuple[Layer, ...] | None = None
+    link_bandwidth: float | None = None  # bytes per time_unit, for hops computed from layers' out_bytes
+    # Layer names per global chunk index when the stages and chunks are one split of `layers`
+    # (core/partition.py); not written by to_dict, which writes the profile the user gave.
+    partition: tuple[tuple[str, ...], ...] | None = field(default=None, compare=False, hash=False, repr=False)
     # The file it was read from, for messages ("name" is often the same in every file); None when built
     # in memory. Not part of the profile's identity, and never written.
     path: str | None = field(default=None, compare=False, hash=False, repr=False)
@@ -134,6 +142,10 @@ class Profile:
             out["device_capacity_bytes"] = self.device_capacity_bytes
         if self.chunks is not None:
             out["chunks"] = [c.to_dict() for c in self.chunks]
+        if self.layers is not None:
+            out["layers"] = [layer.to_dict() for layer in self.layers]
+        if self.link_bandwidth is not None:
+            out["link_bandwidth"] = self.link_bandwidth
         if self.details:
             out["details"] = self.details
         return out
@@ -188,6 +200,8 @@ def _parse_profile(data: Any, origin: str) -> Profile:
         memory_unit=data.get("memory_unit", "relative"),
         device_capacity_bytes=_optional(data.get("device_capacity_bytes")), chunks=chunks,
         details=dict(data.get("details") or {}),
+        layers=None if data.get("layers") is None else parse_layers(origin, data["layers"]),
+        link_bandwidth=_optional(data.get("link_bandwidth")),
     )
 
 

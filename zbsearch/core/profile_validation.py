@@ -133,7 +133,8 @@ def _numbers(data: dict[str, Any]) -> Iterable[tuple[str, Any]]:
         yield f"comm[{i}]", c
     if not isinstance(comm, list):
         yield "comm", comm
-    for listed in ("stages", "chunks"):
+    yield "link_bandwidth", data.get("link_bandwidth")
+    for listed in ("stages", "chunks", "layers"):
         entries = data.get(listed)
         for i, entry in enumerate(entries if isinstance(entries, list) else []):
             for key, value in (entry.items() if isinstance(entry, dict) else ()):

@@ -1,0 +1,97 @@
+"""Layer-level costs: one entry per layer of the model, in model order, so that the split into stages
+(and into the chunks of a V-shape or interleaved placement) can be chosen after profiling.
+
+A `Layer` carries what a split needs to know about one layer for one microbatch: its F, B, W times;
+the activation memory it holds from F until B (`mem_B`) and from B until W (`mem_W`); its static bytes
+(parameters, gradients and optimizer state); and the bytes of its output activation, which is what the
+hop to the next stage carries when a boundary falls after it. `name` is the layer's module path in the
+model (`tok_embeddings`, `layers.3`, `output`) so that exported splits need no renaming; `modules`
+lists every module path the entry covers when it is more than one (the final norm travels with the
+output head). `kind` says what the layer is, for trainers whose split format names layer types
+(Megatron-LM's layout string: embedding, decoder, mtp, output).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .errors import ProfileError
+
+LAYER_KINDS = ("embedding", "decoder", "mtp", "output", "other")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer's cost for one microbatch, in the profile's time and memory units."""
+
+    name: str
+    F: float
+    B: float
+    W: float
+    mem_B: float = 0.0
+    mem_W: float = 0.0
+    static_bytes: float = 0.0
+    out_bytes: float = 0.0
+    full_backward: float | None = None
+    modules: tuple[str, ...] = ()
+    kind: str = "other"
+
+    @property
+    def BW(self) -> float:
+        return self.full_backward if self.full_backward is not None else self.B + self.W
+
+    @property
+    def work(self) -> float:
+        """Time of one microbatch's passes through this layer (F + B + W)."""
+        return self.F + self.B + self.W
+
+    @property
+    def module_paths(self) -> tuple[str, ...]:
+        return self.modules or (self.name,)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "F": self.F, "B": self.B, "W": self.W,
+                               "mem_B": self.mem_B, "mem_W": self.mem_W, "static_bytes": self.static_bytes,
+                               "out_bytes": self.out_bytes}
+        if self.full_backward is not None:
+            out["full_backward"] = self.full_backward
+        if self.modules:
+            out["modules"] = list(self.modules)
+        return out
+
+
+def parse_layers(origin: str, raw: Sequence[dict[str, Any]]) -> tuple[Layer, ...]:
+    """Layers from a profile's (schema-checked) `layers` list, with the rules the schema cannot state:
+    at least one layer, names and module paths unique, mem_W <= mem_B."""
+    if not raw:
+        raise ProfileError(f"{origin}: field layers is empty; list one object per layer in model order, or leave "
+                           "layers out")
+    layers = tuple(_layer(i, entry) for i, entry in enumerate(raw))
+    seen: dict[str, int] = {}
+    for i, layer in enumerate(layers):
+        for path in dict.fromkeys((layer.name,) + layer.modules):
+            if path in seen and seen[path] != i:
+                raise ProfileError(f"{origin}: field layers[{i}] names {path!r}, already named by layers[{seen[path]}]; "
+                                   "give every layer its own module path")
+            seen[path] = i
+        if layer.mem_W > layer.mem_B:
+            raise ProfileError(f"{origin}: field layers[{i}].mem_W ({layer.mem_W}) exceeds mem_B ({layer.mem_B}); "
+                               "B frees mem_B - mem_W and W frees mem_W, so mem_W must be <= mem_B")
+    return layers
+
+
+def _layer(i: int, entry: dict[str, Any]) -> Layer:
+    def number(key: str, default: float = 0.0) -> float:
+        value = entry.get(key)
+        return default if value is None else float(value)
+
+    fb = entry.get("full_backward")
+    return Layer(str(entry["name"]), number("F"), number("B"), number("W"), number("mem_B"), number("mem_W"),
+                 number("static_bytes"), number("out_bytes"), None if fb is None else float(fb),
+                 tuple(str(m) for m in entry.get("modules") or ()), str(entry.get("kind") or "other"))
+
+
+def total_work(layers: Sequence[Layer]) -> float:
+    return math.fsum(layer.work for layer in layers)

@@ -1,0 +1,162 @@
+"""One split of a profile's layers over the chunks of a placement, as the stage-level profile the
+simulator, the heuristics and the solver read.
+
+A split is written as layers per chunk in route order (`counts`): the first counts[0] layers form the
+route's first chunk, the next counts[1] its second, and so on, so the embedding always sits on the
+route's first chunk and the head on its last. Every route of a placement has the same length; on
+DualPipe's two routes (two model copies) the chunk at position k of either route gets the same layers.
+
+Each chunk's costs are the sums over its layers. A rank's stage (the unit of `Np` memory limits) is its
+chunks on the route that loads it most; its static bytes are those of every chunk it holds, so a rank
+holding two model copies pays for both. A hop's time is the out_bytes of the last layer before the
+boundary over the profile's `link_bandwidth`; without a bandwidth the profile's `comm` is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+from .errors import PartitionError
+from .ir import Placement
+from .layers import Layer
+from .profile import Profile, StageCost
+
+# A chunk whose layers hold no activation (an embedding alone) still counts one byte, so that limits
+# written as multiples of a stage's memory stay defined.
+MIN_MEM = 1.0
+
+
+def route_length(placement: Placement) -> int:
+    lengths = {len(route) for route in placement.routes}
+    if len(lengths) != 1:
+        raise PartitionError(f"placement {placement.name!r} has routes of different lengths: a layer split needs "
+                             "every route to visit the same number of chunks")
+    return lengths.pop()
+
+
+def check_counts(counts: Sequence[int], n_layers: int, placement: Placement) -> tuple[int, ...]:
+    """Layers per chunk, checked: one positive count per chunk of the route, adding up to the layers.
+
+    >>> from zbsearch.core.ir import vshape
+    >>> check_counts([1, 2, 2, 1], 6, vshape(2))
+    (1, 2, 2, 1)
+    """
+    k = route_length(placement)
+    given = ",".join(map(str, counts))
+    if n_layers < k:
+        raise PartitionError(f"the model has {n_layers} layers but placement {placement.name!r} on "
+                             f"{placement.num_ranks} ranks has {k} chunks: every chunk needs at least one layer, so "
+                             "use fewer ranks or fewer chunks per rank")
+    if len(counts) != k:
+        raise PartitionError(f"layers per chunk {given} give {len(counts)} chunks but placement "
+                             f"{placement.name!r} on {placement.num_ranks} ranks has {k}: give {k} counts in route order")
+    if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
+        raise PartitionError(f"layers per chunk {given}: every chunk needs a positive whole number of layers")
+    if sum(counts) != n_layers:
+        raise PartitionError(f"layers per chunk {given} add up to {sum(counts)} but the model has {n_layers} "
+                             f"layers: make them add up to {n_layers}")
+    return tuple(counts)
+
+
+def groups(layers: Sequence[Layer], counts: Sequence[int]) -> list[tuple[Layer, ...]]:
+    """The layers of each route position."""
+    out, start = [], 0
+    for c in counts:
+        out.append(tuple(layers[start:start + c]))
+        start += c
+    return out
+
+
+def summed(group: Sequence[Layer]) -> StageCost:
+    """One chunk's cost: the sums over its layers."""
+    fused = any(layer.full_backward is not None for layer in group)
+    mem_B = math.fsum(layer.mem_B for layer in group)
+    mem_W = math.fsum(layer.mem_W for layer in group)
+    return StageCost(
+        F=math.fsum(layer.F for layer in group), B=math.fsum(layer.B for layer in group),
+        W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM), mem_W=min(mem_W, max(mem_B, MIN_MEM)),
+        full_backward=math.fsum(layer.BW for layer in group) if fused else None,
+        static_bytes=math.fsum(layer.static_bytes for layer in group),
+    )
+
+
+def _add(a: StageCost, b: StageCost) -> StageCost:
+    fb = None if a.full_backward is None and b.full_backward is None else a.BW + b.BW
+    return StageCost(a.F + b.F, a.B + b.B, a.W + b.W, a.mem_B + b.mem_B, a.mem_W + b.mem_W, fb,
+                     (a.static_bytes or 0.0) + (b.static_bytes or 0.0))
+
+
+def _rank_stages(chunks: Sequence[StageCost], placement: Placement) -> tuple[StageCost, ...]:
+    stages = []
+    for rank in range(placement.num_ranks):
+        per_route = []
+        for route in placement.routes:
+            mine = [chunks[c] for c in route if placement.chunk_to_rank[c] == rank]
+            if mine:
+                total = mine[0]
+                for cost in mine[1:]:
+                    total = _add(total, cost)
+                per_route.append(total)
+        stage = max(per_route, key=lambda s: (s.mem_B, s.F + s.B + s.W))
+        static = math.fsum(chunks[c].static_bytes or 0.0 for c in placement.chunks_on(rank))
+        stages.append(replace(stage, static_bytes=static))
+    return tuple(stages)
+
+
+def _comm(profile: Profile, placement: Placement, position_groups: list[tuple[Layer, ...]]) -> tuple[float, ...]:
+    p = placement.num_ranks
+    if profile.link_bandwidth is None:
+        if len(profile.comm) == p - 1:
+            return profile.comm
+        if len(set(profile.comm)) <= 1:
+            return (profile.comm[0] if profile.comm else 0.0,) * (p - 1)
+        raise PartitionError(f"profile {profile.label} gives a different comm per boundary for "
+                             f"{profile.num_stages} stages, not for {p}: give its link_bandwidth (bytes per "
+                             f"{profile.time_unit}) so that hops follow from the layers' out_bytes")
+    comm = [0.0] * (p - 1)
+    for route in placement.routes:
+        for k in range(len(route) - 1):
+            a, b = placement.chunk_to_rank[route[k]], placement.chunk_to_rank[route[k + 1]]
+            if a != b:
+                link = min(a, b) if abs(a - b) == 1 else None
+                hop = position_groups[k][-1].out_bytes / profile.link_bandwidth
+                for r in ([link] if link is not None else range(p - 1)):
+                    comm[r] = max(comm[r], hop)
+    return tuple(comm)
+
+
+def partition_profile(profile: Profile, placement: Placement, counts: Sequence[int]) -> Profile:
+    """The stage-level profile of `profile`'s layers split `counts` per chunk on `placement`.
+
+    Raises
+    ------
+    PartitionError
+        The profile has no layers, or `counts` is not a split of them over the placement's chunks.
+    """
+    if profile.layers is None:
+        raise PartitionError(f"profile {profile.label} has no per-layer costs (layers), so its split is fixed: "
+                             "profile the model again with a zbsearch that writes layers")
+    counts = check_counts(counts, len(profile.layers), placement)
+    by_position = groups(profile.layers, counts)
+    position = {c: k for route in placement.routes for k, c in enumerate(route)}
+    chunks = tuple(summed(by_position[position[c]]) for c in range(placement.num_chunks))
+    names = tuple(tuple(layer.name for layer in by_position[position[c]]) for c in range(placement.num_chunks))
+    return replace(profile, stages=_rank_stages(chunks, placement), chunks=chunks,
+                   comm=_comm(profile, placement, by_position), partition=names)
+
+
+def counts_of(names: Sequence[Sequence[str]], layers: Sequence[Layer], placement: Placement) -> tuple[int, ...]:
+    """Layers per route position from layer names per global chunk (a saved schedule's partition),
+    checked against the profile's layers."""
+    route = placement.routes[0]
+    counts = tuple(len(names[c]) for c in route) if len(names) == placement.num_chunks else ()
+    check_counts(counts, len(layers), placement)
+    expected = [tuple(layer.name for layer in g) for g in groups(layers, counts)]
+    for k, c in enumerate(route):
+        if tuple(names[c]) != expected[k]:
+            raise PartitionError(f"the split names layers {list(names[c])} for chunk {c}, but in the profile's "
+                                 f"layer order that chunk holds {list(expected[k])}: use the profile the split was "
+                                 "made for")
+    return counts
