@@ -35,7 +35,8 @@ UNIFORM_NAME = "uniform F=1 B=2 W=1 comm=0.1 p=4"
 SUMMARY_KEYS = {
     "schedule", "placement", "ranks", "stages", "microbatches", "profile", "time_unit", "makespan", "span",
     "bubble_rate_makespan", "bubble_rate_span", "work_per_rank", "idle_per_rank", "span_per_rank",
-    "peak_memory_per_rank", "peak_memory_bytes_per_rank", "mem_limit", "valid",
+    "peak_memory_per_rank", "peak_memory_bytes_per_rank", "mem_limit", "valid", "imbalance",
+    "schedule_share_makespan", "schedule_share_span",
 }
 GPIPE_1P_REASON = "; ".join(
     f"rank {r} holds 5 x its stage M_B at time {t} after {r}F4, over the limit 1p = 4 x M_B (peak 8): raise the "
@@ -108,6 +109,8 @@ def test_baseline_json_is_one_object_with_the_keys():
         "span_per_rank": [45.600000000000016, 41.40000000000001, 37.20000000000001, 33.000000000000014],
         "peak_memory_per_rank": [4.0, 3.0, 2.0, 1.0], "peak_memory_bytes_per_rank": None,
         "mem_limit": None, "valid": True,
+        # Equal stages: no imbalance, the whole bubble is the schedule's.
+        "imbalance": 0.0, "schedule_share_makespan": 0.298245614035088, "schedule_share_span": 0.298245614035088,
     }
 
 
@@ -115,7 +118,8 @@ def test_baseline_table():
     lines = stdout_lines(invoke("baseline", "gpipe", *UNIFORM))
     assert lines[0] == f"gpipe on {UNIFORM_NAME}"
     assert lines[4] == "│    0 │          32 │        12.6 │        44.6 │                8 │"
-    assert lines[-2] == "makespan 44.6 unit, span 44.6 unit; bubble rate 28.25% of makespan, 28.25% of span"
+    assert lines[-2] == ("bubble 28.25% of makespan = 0.00% imbalance (the stage split) + 28.25% schedule; "
+                         "28.25% of span = 0.00% + 28.25% schedule")
     assert lines[-1] == (f"gpipe (linear) on {UNIFORM_NAME}: p=4 stages=4 m=8; makespan 44.6 unit, span 44.6 unit; "
                          "bubble 28.25% (makespan), 28.25% (span); valid")
 

@@ -128,8 +128,13 @@ def test_cli_solve_json_and_output(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     for key in ("schedule", "makespan", "span", "bubble_rate_makespan", "bubble_rate_span", "lower_bound", "gap",
-                "solve_seconds", "status", "start_heuristic", "peak_memory_per_rank", "valid"):
+                "solve_seconds", "status", "start_heuristic", "peak_memory_per_rank", "valid", "imbalance"):
         assert key in data
+    keys = list(data)
+    assert keys[keys.index("heuristic_objective") + 1] == "schedule_share"
+    # Equal stages: no imbalance, so the schedule's share is the whole bubble.
+    assert data["imbalance"] == 0.0 and data["schedule_share"] == data["schedule_share_makespan"]
+    assert data["schedule_share"] == pytest.approx(data["bubble_rate_makespan"], abs=1e-12)
     assert data["status"] == "optimal" and data["gap"] == 0
     check = CliRunner().invoke(app, ["validate", str(out), "--uniform", "1,1,1", "--mem-limit", "1p"])
     assert check.exit_code == 0, check.output

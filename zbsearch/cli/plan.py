@@ -78,6 +78,26 @@ def _target_cell(row: PlanRow) -> str:
     return f"~{target.m}" if target.source.endswith("(extrapolated)") else str(target.m)
 
 
+# Where to go when the stage split, not the schedule, keeps the bubble above the target.
+PARTITION_HINT = "zbsearch solve --partition auto"
+
+
+def imbalance_lines(result: Plan) -> list[Text]:
+    """One line per imbalance floor that puts the target out of reach: the figure, and that only a
+    different split of the layers into stages removes it."""
+    groups: dict[str, list[str]] = {}
+    for row in result.imbalance_bound_rows:
+        groups.setdefault(_pct(row.target.imbalance_floor or 0.0), []).append(row.schedule)
+    lines = []
+    for floor, names in groups.items():
+        who = "any schedule" if len(names) == len(result.rows) else ", ".join(names)
+        lines.append(Text.assemble(
+            (f"never below {100 * result.target:g}%", "bold yellow"),
+            f" ({who}): the floor is the imbalance between stages, {floor} (1 - mean rank work / the busiest "
+            f"rank's), which no schedule or m removes; only a different layer split does: try {PARTITION_HINT}"))
+    return lines
+
+
 def render(result: Plan) -> list[object]:
     """The table, the legend, the skipped schedules and the recommendation, as rich renderables."""
     limit = f", --mem-limit {result.mem_limit}" if result.mem_limit else ""
@@ -117,8 +137,9 @@ def render(result: Plan) -> list[object]:
     for note, names in why.items():
         out.append(Text(f"sim for {', '.join(names)}: {note}", style="dim"))
     for row in result.rows:
-        if row.target.m is None or row.target.source.endswith("(extrapolated)"):
+        if row.target.imbalance_floor is None and (row.target.m is None or row.target.source.endswith("(extrapolated)")):
             out.append(Text(f"{row.schedule} target: {row.target.note}", style="dim"))
+    out += imbalance_lines(result)
     for skip in result.skipped:
         need = "" if skip.target is None or skip.target.m is None else f" (m={skip.target.m} would reach the target)"
         out.append(Text(f"left out: {skip.schedule} {skip.reason}{need}", style="dim"))

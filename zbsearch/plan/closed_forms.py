@@ -18,6 +18,8 @@ Conventions, used by the whole planner and printed by `zbsearch plan`:
 - bubble fraction = bubble / (ideal + bubble): the idle share of the iteration, the Zero Bubble
   paper's bubble rate and the simulator's `bubble_rate_makespan` / `bubble_rate_span`. For GPipe and
   1F1B it is (p-1)/(m+p-1). Bubble targets are compared with this figure.
+- imbalance = 1 - mean work / the busiest rank's work (work per rank as the simulator sums it): the
+  bubble fraction no schedule and no m goes below; 0 where a closed form holds (identical stages).
 - bubble ratio = bubble / ideal: Megatron's relative bubble, (p-1)/m for 1F1B and (p-1)/(v m) for
   interleaved 1F1B. Reported next to the fraction, never used for targets.
 - P2P volume: activations and gradients sent between ranks per iteration, relative to 1F1B at the
@@ -40,6 +42,7 @@ from ..core.profile import Profile
 from ..schedules import REGISTRY, generate
 from ..schedules.spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec
 from ..sim.simulate import simulate
+from ..sim.summary import imbalance
 
 SCHEDULES: tuple[str, ...] = tuple(REGISTRY)
 OBJECTIVES = ("makespan", "span")
@@ -137,6 +140,7 @@ class Estimate:
     exact: bool = True      # the conditions hold (always True for the simulator)
     note: str = ""          # which conditions fail, or why the simulator was used
     peak_memory_per_rank: tuple[float, ...] | None = None  # simulator only
+    imbalance: float = 0.0  # 1 - mean work / the busiest rank's: the floor of bubble_fraction
 
     @property
     def bubble_fraction(self) -> float:
@@ -157,6 +161,7 @@ class Estimate:
             "peak_memory": self.peak_memory, "peak_memory_per_rank": self.peak_memory_per_rank,
             "p2p_relative": self.p2p_relative, "param_copies": self.param_copies, "source": self.source,
             "formula": self.formula, "conditions": self.conditions, "exact": self.exact, "note": self.note,
+            "imbalance": self.imbalance,
         }
 
 
@@ -289,12 +294,13 @@ def simulated(schedule: str, profile: Profile, m: int, v: int = 1, objective: st
     prof = profile.with_microbatches(m)
     timeline = simulate(generate(schedule, p, m, v if record.takes_chunks else None), prof)
     cost = timeline.makespan if objective == "makespan" else timeline.span
-    work = sum(timeline.work(r) for r in range(p)) / p
+    works = [timeline.work(r) for r in range(p)]
+    work = sum(works) / p
     peaks = tuple(timeline.peak_memory(r) / prof.stage_mem_B(r) for r in range(p))
     return Estimate(
         schedule=schedule, p=p, m=m, chunks_per_rank=record.chunks_per_rank(v), objective=objective,
         bubble=cost - work, ideal=work, peak_memory=max(peaks), p2p_relative=record.p2p_relative(p, v),
-        param_copies=record.param_copies, source=SIMULATOR, peak_memory_per_rank=peaks,
+        param_copies=record.param_copies, source=SIMULATOR, peak_memory_per_rank=peaks, imbalance=imbalance(works),
     )
 
 

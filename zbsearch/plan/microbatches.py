@@ -48,9 +48,20 @@ class TargetM:
     m: int | None           # None: unreachable (see note)
     source: str             # CLOSED_FORM, SIMULATOR, or "simulator (extrapolated)"
     note: str = ""
+    # Set when m is None because the imbalance between stages (1 - mean rank work / the busiest rank's)
+    # is at or above the target: no schedule and no m goes below it, only another split of the layers.
+    imbalance_floor: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"m": self.m, "source": self.source, "note": self.note}
+        return {"m": self.m, "source": self.source, "note": self.note, "imbalance_floor": self.imbalance_floor}
+
+
+def imbalance_bound(imbalance: float, source: str = SIMULATOR) -> TargetM:
+    """The answer when the imbalance between stages alone keeps the bubble fraction above the target."""
+    return TargetM(None, source, f"the bubble fraction never goes below {imbalance:.4f}, the imbalance between "
+                                 "stages (1 - mean rank work / the busiest rank's): no schedule and no microbatch "
+                                 "count removes it, only a different split of the layers into stages",
+                   imbalance_floor=imbalance)
 
 
 class _Curve:
@@ -191,6 +202,8 @@ def _simulated_search(curve: _Curve, target: float, max_m: int) -> TargetM:
     e_a = curve.at(m_a)
     if below(e_a.bubble_fraction, target):
         return TargetM(_scan_down(curve, m_a, target), SIMULATOR)
+    if not below(e_a.imbalance, target):
+        return imbalance_bound(e_a.imbalance)
     e_b, e_c = curve.at(m_b), curve.at(m_c)
     work = e_c.ideal / m_c
     slope_ab = (e_b.bubble - e_a.bubble) / (m_b - m_a)
@@ -199,8 +212,9 @@ def _simulated_search(curve: _Curve, target: float, max_m: int) -> TargetM:
     fit = f"bubble = {alpha:.6g} + {beta:.6g} m from simulations at m={m_a}, {m_b}, {m_c}"
     bound = _solve_affine(alpha, beta, work, target)
     if bound is None:
+        of_it = f" ({e_c.imbalance:.4f} of it the imbalance between stages)" if e_c.imbalance > 0 else ""
         return TargetM(None, SIMULATOR, f"the bubble grows with m ({fit}); the fraction tends to "
-                                        f"{beta / (work + beta):.4f}, never below {target:g}")
+                                        f"{beta / (work + beta):.4f}{of_it}, never below {target:g}")
     if math.isclose(slope_ab, beta, rel_tol=1e-6, abs_tol=1e-9):
         def model(m: int) -> float:
             bubble = alpha + beta * m
@@ -248,7 +262,8 @@ def microbatches_for_target(schedule: str, p: int, target: float, v: int = 1, *,
     Returns
     -------
     TargetM
-        m None when no m up to `max_m` gets there (e.g. a comm-bound 1F1B whose fraction levels off).
+        m None when no m up to `max_m` gets there (e.g. a comm-bound 1F1B whose fraction levels off);
+        `imbalance_floor` set when the imbalance between stages is already at or above the target.
 
     Raises
     ------
@@ -285,5 +300,5 @@ def min_microbatches(schedule: str, p: int, target: float, v: int = 1, **kwargs:
     return microbatches_for_target(schedule, p, target, v, **kwargs).m
 
 
-__all__ = ["SIMULATION_BUDGET", "TargetM", "VERIFY_STEPS", "below", "check_target", "microbatches_for_target",
-           "min_microbatches"]
+__all__ = ["SIMULATION_BUDGET", "TargetM", "VERIFY_STEPS", "below", "check_target", "imbalance_bound",
+           "microbatches_for_target", "min_microbatches"]

@@ -59,7 +59,8 @@ class PlanRow:
     def to_dict(self) -> dict[str, Any]:
         out = self.estimate.to_dict()
         out.update({"fits_mem_limit": self.fits, "microbatches_for_target": self.target.m,
-                    "target_source": self.target.source, "target_note": self.target.note})
+                    "target_source": self.target.source, "target_note": self.target.note,
+                    "target_imbalance_floor": self.target.imbalance_floor})
         return out
 
 
@@ -95,6 +96,16 @@ class Plan:
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def imbalance(self) -> float:
+        """1 - mean rank work / the busiest rank's, the least over the rows: no bubble here goes below it."""
+        return min((row.estimate.imbalance for row in self.rows), default=0.0)
+
+    @property
+    def imbalance_bound_rows(self) -> tuple[PlanRow, ...]:
+        """The rows whose target the imbalance between stages alone puts out of reach."""
+        return tuple(row for row in self.rows if row.target.imbalance_floor is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "p": self.p, "m": self.m, "m_source": self.m_source, "chunks": self.v, "objective": self.objective,
@@ -104,7 +115,7 @@ class Plan:
             "mem_limit_stage_units": self.mem_limit_stage_units,
             "schedules": [row.to_dict() for row in self.rows],
             "skipped": [s.to_dict() for s in self.skipped],
-            "recommendation": self.recommendation, "reason": self.reason,
+            "recommendation": self.recommendation, "reason": self.reason, "imbalance": self.imbalance,
         }
 
 
@@ -149,7 +160,9 @@ def recommend(rows: Sequence[PlanRow], mem_limit: str | None = None) -> tuple[Pl
     est = chosen.estimate
     scope = (f"the {len(fitting)} schedules within --mem-limit {mem_limit}" if mem_limit
              else f"all {len(fitting)} applicable schedules (no --mem-limit)")
-    reason = (f"smallest bubble ({_pct(est.bubble_fraction)} of the iteration, "
+    split = (f" = {_pct(est.imbalance)} imbalance + {_pct(max(0.0, est.bubble_fraction - est.imbalance))} schedule"
+             if est.imbalance > 0 else "")
+    reason = (f"smallest bubble ({_pct(est.bubble_fraction)} of the iteration{split}, "
               f"{est.objective}) among {scope}; peak {est.peak_memory:g} M_B, P2P {est.p2p_relative:.3g}x 1F1B")
     others = [r for r in tied if r is not chosen]
     if others:

@@ -47,6 +47,7 @@ class Row:
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     # On a zbsearch row: the fixed schedule on its placement that does better within the same limit.
     beaten_by: str | None = None
+    imbalance: float = 0.0  # 1 - mean rank work / the busiest rank's: the part of bubble_rate no schedule removes
 
     @property
     def peak_memory(self) -> float:
@@ -67,6 +68,7 @@ class Row:
             "peak_memory_per_rank": " ".join(f"{x:.6g}" for x in self.peak_memory_per_rank),
             "within_limit": self.within_limit, "solve_seconds": self.solve_seconds, "gap": self.gap,
             "status": self.status, "bubble_rate_lower_bound": self.bubble_rate_lower_bound, "note": self.note,
+            "imbalance": self.imbalance,
         }
 
 
@@ -104,7 +106,7 @@ def summary_row(summary: Summary, timeline: Timeline, *, name: str, source: str,
         bubble_rate=summary.bubble_rate(objective), bubble_rate_makespan=summary.bubble_rate_makespan,
         bubble_rate_span=summary.bubble_rate_span, makespan=summary.makespan, span=summary.span,
         peak_memory_per_rank=list(summary.peak_memory_per_rank), within_limit=within,
-        placement=summary.placement, timeline=timeline,
+        placement=summary.placement, timeline=timeline, imbalance=summary.imbalance,
     )
 
 

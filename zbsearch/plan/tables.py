@@ -12,7 +12,7 @@ from .rows import Comparison, Row
 CSV_COLUMNS = ("profile", "p", "m", "mem_limit", "schedule", "source", "placement", "objective", "bubble_rate",
                "bubble_rate_makespan", "bubble_rate_span", "makespan", "span", "time_unit", "peak_memory",
                "peak_memory_per_rank", "within_limit", "solve_seconds", "gap", "status", "bubble_rate_lower_bound",
-               "note")
+               "note", "imbalance")
 
 
 def pct(x: float | None, digits: int = 2) -> str:
@@ -71,6 +71,7 @@ def to_markdown(comp: Comparison) -> str:
         "and marked **over**. Each table: rows within the limit by bubble rate, then the rows over it.",
         "",
     ]
+    lines += _imbalance_note(comp.rows)
     for m in comp.microbatches:
         for limit in comp.limits:
             rows = comp.rows_for(m, limit)
@@ -80,6 +81,17 @@ def to_markdown(comp: Comparison) -> str:
         lines += ["## Not in the tables", ""]
         lines += [f"- m = {s.microbatches}, {s.schedule}: {s.reason}" for s in comp.skipped] + [""]
     return "\n".join(lines)
+
+
+def _imbalance_note(rows: Sequence[Row]) -> list[str]:
+    """A sentence on the stage imbalance when there is one (the CSV's imbalance column has each row's)."""
+    figures = sorted({round(r.imbalance, 6) for r in rows if r.imbalance > 0})
+    if not figures:
+        return []
+    shown = pct(figures[0]) if len(figures) == 1 else f"{pct(figures[0])} to {pct(figures[-1])}"
+    return [f"Imbalance between stages (1 - mean rank work / the busiest rank's work): {shown}. No schedule's bubble "
+            "rate goes below it, only a different split of the layers into stages removes it; the rest of a bubble "
+            "rate is what the schedule adds.", ""]
 
 
 def _objective_words(objective: str) -> str:

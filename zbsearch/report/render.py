@@ -206,8 +206,20 @@ def headline(summary: Summary) -> str:
     )
 
 
+def bubble_split(summary: Summary, objectives: tuple[str, ...] = ("makespan", "span")) -> str:
+    """Where the bubble comes from, one short line: 'bubble 32.55% of makespan = 27.50% imbalance (the
+    stage split) + 5.05% schedule; 31.87% of span = 27.50% + 4.37% schedule'."""
+    parts = []
+    for i, objective in enumerate(objectives):
+        share = _pct(summary.schedule_share(objective))
+        imbalance = _pct(summary.imbalance) + (" imbalance (the stage split)" if i == 0 else "")
+        parts.append(f"{_pct(summary.bubble_rate(objective))} of {objective} = {imbalance} + {share} schedule")
+    return "bubble " + "; ".join(parts)
+
+
 def summary_table(summary: Summary) -> Table:
-    """Per-rank work, idle time, span and peak activation memory, with the totals as caption."""
+    """Per-rank work, idle time, span and peak activation memory; the caption says where the bubble
+    comes from (`bubble_split`)."""
     unit = summary.time_unit
     table = Table(title=f"{summary.schedule} on {summary.profile}", title_justify="left")
     table.add_column("rank", justify="right")
@@ -226,11 +238,7 @@ def summary_table(summary: Summary) -> Table:
         if by_bytes is not None:
             row.append(f"{by_bytes[r] / 2**30:.3f}")
         table.add_row(*row)
-    table.caption = (
-        f"makespan {_num(summary.makespan)} {unit}, span {_num(summary.span)} {unit}; "
-        f"bubble rate {_pct(summary.bubble_rate_makespan)} of makespan, "
-        f"{_pct(summary.bubble_rate_span)} of span"
-    )
+    table.caption = bubble_split(summary)
     table.caption_justify = "left"
     return table
 

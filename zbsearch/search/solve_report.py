@@ -1,7 +1,8 @@
 """What `zbsearch solve` reports: the schedule's summary plus how good the search proved it to be.
 
 `SolveReport.to_dict()` is the object `zbsearch solve --json` prints: the summary's keys, then the
-search's, then the solver's diagnostics (cpsat_status, grid_step, grid_rounds, placements, ...).
+search's (schedule_share last: the objective's bubble less the stage imbalance), then the solver's
+diagnostics (cpsat_status, grid_step, grid_rounds, placements, ...).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class SolveReport:
         return self.summary.bubble_rate(self.objective)
 
     @property
+    def schedule_share(self) -> float:
+        """The bubble rate under the objective less the stage imbalance: what the schedule adds."""
+        return self.summary.schedule_share(self.objective)
+
+    @property
     def cpsat_status(self) -> str | None:
         return self.details.get("cpsat_status")
 
@@ -51,5 +57,6 @@ class SolveReport:
             "solve_seconds": self.solve_seconds,
             "start_heuristic": self.start_heuristic,
             "heuristic_objective": self.heuristic_objective,
+            "schedule_share": self.schedule_share,
             **self.details,
         }

@@ -3,12 +3,23 @@
 Times are in the profile's time unit. Memory per rank is in units of that rank's whole-stage mem_B (a
 chunk of a 2-chunk schedule holding one microbatch counts 0.5); `peak_memory_bytes_per_rank` is set
 only when the profile's memory is in bytes.
+
+Where the bubble comes from. With T the objective's time (the makespan, or the span), p ranks and
+work_r the sum of rank r's pass times in one iteration:
+
+    bubble         = 1 - sum(work) / (p T)          (bubble_rate_makespan, bubble_rate_span)
+    imbalance      = 1 - mean(work) / max(work)     (the stage split: no schedule removes it)
+    schedule share = bubble - imbalance             (schedule_share_makespan, schedule_share_span)
+
+Every rank works within the iteration, so T >= max(work) and the schedule share is never negative;
+it is computed as mean(work) (T - max(work)) / (max(work) T), the same figure without the rounding of
+a difference. The imbalance does not depend on T, so both objectives share it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Sequence
 
 from ..core.memory import MemoryLimit
 from .simulate import Timeline
@@ -39,6 +50,9 @@ class Summary:
     peak_memory_bytes_per_rank: list[float] | None
     mem_limit: str | None  # the limit as the user wrote it; None when none was checked
     valid: bool
+    imbalance: float  # 1 - mean(work) / max(work): the bubble no schedule can remove (see the module)
+    schedule_share_makespan: float  # bubble_rate_makespan - imbalance: what the schedule adds
+    schedule_share_span: float  # bubble_rate_span - imbalance
     # Each rank's activation memory over time as [time, level] points, one per change (stage units).
     memory_curve_per_rank: list[list[list[float]]] | None = None
     reason: str | None = None  # why the schedule is not valid, when it is not
@@ -51,6 +65,10 @@ class Summary:
     def bubble_rate(self, objective: str) -> float:
         """The bubble rate under `objective` (makespan or span)."""
         return self.bubble_rate_makespan if objective == "makespan" else self.bubble_rate_span
+
+    def schedule_share(self, objective: str) -> float:
+        """The part of the bubble under `objective` that the schedule adds to the imbalance."""
+        return self.schedule_share_makespan if objective == "makespan" else self.schedule_share_span
 
     def cost(self, objective: str) -> float:
         """The makespan or the span, as `objective` says."""
@@ -65,6 +83,25 @@ class Summary:
         return out
 
 
+def imbalance(work: Sequence[float]) -> float:
+    """1 - mean(work) / max(work): the bubble rate left when the busiest rank never waits.
+
+    >>> round(imbalance([2.0, 3.0, 4.0]), 6)
+    0.25
+    """
+    heaviest = max(work, default=0.0)
+    return 1.0 - sum(work) / (len(work) * heaviest) if heaviest > 0 else 0.0
+
+
+def schedule_share(work: Sequence[float], cost: float) -> float:
+    """bubble - imbalance when every rank is charged `cost`: mean(work) (cost - max) / (max cost).
+    A cost below the heaviest rank's work (only by rounding) counts as equal to it."""
+    heaviest = max(work, default=0.0)
+    if heaviest <= 0 or cost <= 0:
+        return 0.0
+    return sum(work) / len(work) * max(0.0, cost - heaviest) / (heaviest * cost)
+
+
 def summarize(
     timeline: Timeline, limit: MemoryLimit | None = None, valid: bool = True, memory_curve: bool = False,
 ) -> Summary:
@@ -72,6 +109,7 @@ def summarize(
     over time as [time, level] points (stage units), one per change."""
     schedule, profile = timeline.schedule, timeline.profile
     p = timeline.num_ranks
+    work = [timeline.work(r) for r in range(p)]
     peak = [timeline.peak_memory(r) for r in range(p)]
     curve = None
     if memory_curve:
@@ -88,12 +126,15 @@ def summarize(
         span=timeline.span,
         bubble_rate_makespan=timeline.bubble_rate_makespan,
         bubble_rate_span=timeline.bubble_rate_span,
-        work_per_rank=[timeline.work(r) for r in range(p)],
-        idle_per_rank=[timeline.makespan - timeline.work(r) for r in range(p)],
+        work_per_rank=work,
+        idle_per_rank=[timeline.makespan - w for w in work],
         span_per_rank=[timeline.span_of(r) for r in range(p)],
         peak_memory_per_rank=[peak[r] / profile.stage_mem_B(r) for r in range(p)],
         peak_memory_bytes_per_rank=peak if profile.memory_unit == "bytes" else None,
         mem_limit=None if limit is None else limit.text,
         valid=valid,
+        imbalance=imbalance(work),
+        schedule_share_makespan=schedule_share(work, timeline.makespan),
+        schedule_share_span=schedule_share(work, timeline.span),
         memory_curve_per_rank=curve,
     )
