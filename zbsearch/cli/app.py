@@ -23,7 +23,7 @@ from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, progress_bar, stdout_console
 from .options import (
-    ChunksOpt, ExportTorchOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
+    ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt, PartitionOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
     SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming,
     naming_subjects, parse_limit, problem_for_schedule,
 )
@@ -204,7 +204,9 @@ def solve(
     uniform_memory: UniformMemoryOpt = None,
     mem_limit: MemLimitOpt = None,
     objective: ObjectiveOpt = "makespan",
-    placement: PlacementOpt = "linear",
+    placement: PlacementOpt = None,
+    partition: PartitionOpt = None,
+    headroom: HeadroomOpt = 0.08,
     time_limit: TimeLimitOpt = 30.0,
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
@@ -220,18 +222,29 @@ def solve(
     """
     from ..search import solve as search
 
+    from . import split
+
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
-    prof = load_problem(profile, uniform, p, m, uniform_memory)
-    with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
-        problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS)
+    if partition is not None:
+        prof = split.load_layer_profile(profile, p, m)
+    else:
+        prof = load_problem(profile, uniform, p, m, uniform_memory)
+        placement = placement or "linear"
+        with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
+            problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS, headroom)
+        _warn_even_chunks(prof, problems, json_out)
     out = stdout_console()
     with progress_bar("solve", enabled=not json_out) as progress, naming({"--mem-limit": mem_limit}, quoted=True):
         def on_event(event: search.Progress) -> None:
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 
-        result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
-                                         progress=on_event)
+        if partition is not None:
+            result = split.solve_split(prof, p, partition, placement, mem_limit, objective, headroom, time_limit,
+                                       workers, seed, on_event)
+        else:
+            result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
+                                             progress=on_event)
     report = result.report()
     if output is not None:
         result.schedule.save(output)
@@ -245,10 +258,24 @@ def solve(
     out.print(summary_table(report.summary))
     out.print(headline(report.summary))
     out.print(render.solve_headline(report))
+    if partition is not None:
+        out.print(split.split_table(result))
+        out.print(split.bound_line(result))
     if output is not None:
         out.print(f"wrote {output}")
     if export_torch is not None:
         out.print(f"wrote {export_torch}")
+
+
+def _warn_even_chunks(prof: Any, problems: list[Any], quiet: bool) -> None:
+    """Chunked placements on a stage-level profile cost each chunk as an even share of its rank's stage,
+    which no trainer runs (the embedding and the head are not halves of stages): say so."""
+    chunked = [pr.placement.name for pr in problems if pr.placement.num_chunks > pr.placement.num_ranks]
+    if not chunked or quiet or (prof.chunks is not None):
+        return
+    fix = ("add --partition balanced (or auto) to cost every chunk from its layers" if prof.layers is not None
+           else "the profile has no layers, so these costs are a guess")
+    print_error(f"note: on {', '.join(chunked)} each chunk's cost is an even split of its rank's stage; {fix}")
 
 
 @app.command("list")

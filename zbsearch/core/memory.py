@@ -191,3 +191,26 @@ def _amount(x: float, unit: str, up: bool) -> str:
     text = f"{x:.{decimals}f}"
     text = text.rstrip("0").rstrip(".") if "." in text else text
     return f"{text}p" if unit == P_UNIT else f"{text} {unit}"
+
+
+def byte_cap(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> float | None:
+    """The whole-rank byte cap (static bytes + activations) a limit gives on any split of the profile's
+    layers: the size as written, or the usable device memory for `auto`; None for multiples of p
+    (which scale with each split's own activations) and for no limit.
+
+    >>> from zbsearch.core.profile import uniform_profile
+    >>> byte_cap("2p", uniform_profile(1, 1, 1, p=2, m=4)) is None
+    True
+    """
+    t = (text or "none").strip().lower()
+    if t in ("", "none", "inf", "unlimited") or _P_RE.match(t):
+        return None
+    if t == "auto":
+        parse_mem_limit(text, profile, headroom)  # the same checks and messages as the limit itself
+        assert profile.device_capacity_bytes is not None
+        return profile.device_capacity_bytes * (1 - headroom)
+    m = _SIZE_RE.match(t)
+    if m and profile.memory_unit == "bytes":
+        return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    parse_mem_limit(text, profile)  # raises the limit's own error
+    return None

@@ -192,6 +192,11 @@ def fmt_number(x: float) -> str:
 _num = fmt_number
 
 
+def fmt_bytes(x: float) -> str:
+    """Sizes in GiB with 3 significant digits (the unit users write limits in): 61.2 GiB."""
+    return f"{x / 2**30:.3g} GiB"
+
+
 def headline(summary: Summary) -> str:
     """One line: schedule, sizes, makespan, span and both bubble rates, validity."""
     unit = summary.time_unit

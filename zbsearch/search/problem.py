@@ -102,19 +102,20 @@ class Problem:
         check_feasible(self.profile, self.placement, self.limit)
 
 
-def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear") -> Problem:
+def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear",
+                 headroom: float | None = None) -> Problem:
     """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
-    from ..core.memory import parse_mem_limit
+    from ..core.memory import DEFAULT_HEADROOM, parse_mem_limit
 
     return Problem(profile, parse_placement(placement, profile.num_stages), profile.microbatches,
-                   parse_mem_limit(mem_limit, profile), objective)
+                   parse_mem_limit(mem_limit, profile, DEFAULT_HEADROOM if headroom is None else headroom), objective)
 
 
 def make_problems(profile: Profile, mem_limit: str | None, objective: str, placement: str,
-                  auto: tuple[str, ...] = ("linear", "v")) -> list[Problem]:
+                  auto: tuple[str, ...] = ("linear", "v"), headroom: float | None = None) -> list[Problem]:
     """One problem per placement to try: `auto` tries each of `auto`, anything else just itself."""
     names = auto if placement.strip().lower() == "auto" else (placement,)
-    return [make_problem(profile, mem_limit, objective, name) for name in names]
+    return [make_problem(profile, mem_limit, objective, name, headroom) for name in names]
 
 
 def _producer(key: tuple[int, str, int]) -> Action:

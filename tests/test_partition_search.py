@@ -1,0 +1,146 @@
+"""The joint search over splits, placements and schedules, and the bound over every split."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
+from zbsearch.core.errors import InfeasibleError, PartitionError
+from zbsearch.core.ir import linear, vshape
+from zbsearch.core.profile import Profile
+from zbsearch.search.partition_search import SplitRequest, _bound, search_splits
+from zbsearch.search.problem import parse_placement
+from zbsearch.search.solve import solve
+from zbsearch.search.split_candidates import even_counts, memory_capped_counts, parse_rule
+from zbsearch.sim.validate import check
+
+GiB = 2**30
+
+
+def random_layers(n: int, seed: int, *, static: float = 1.0, embedding: bool = True) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        F = rng.choice([1, 2, 3])
+        kind = "embedding" if embedding and i == 0 else "output" if i == n - 1 else "decoder"
+        out.append({"name": f"layers.{i}", "kind": kind, "F": F, "B": F + rng.choice([0, 1]), "W": rng.choice([1, 2]),
+                    "mem_B": rng.choice([2, 3]) * GiB, "mem_W": GiB, "static_bytes": static * rng.choice([1, 2]) * GiB,
+                    "out_bytes": 1.0})
+    return out
+
+
+def layered(layers: list[dict], m: int, comm: float = 0.0) -> Profile:
+    return Profile.from_dict({
+        "name": "toy", "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": GiB, "mem_W": GiB}], "microbatches": m,
+        "time_unit": "unit", "memory_unit": "bytes", "comm": comm, "device_capacity_bytes": 80.0 * GiB,
+        "layers": layers, "source": {"kind": "estimated", "method": "random layers for tests"}})
+
+
+def all_splits(n: int, k: int):
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        bounds = (0,) + cuts + (n,)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+@pytest.mark.parametrize("seed,placement,cap,objective", [
+    (0, "linear", None, "makespan"), (1, "linear", "16GiB", "makespan"), (2, "linear", "14GiB", "span"),
+    (3, "v", None, "makespan"), (4, "v", "20GiB", "makespan"), (5, "v", None, "span"),
+])
+def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap, objective):
+    """Brute force: solve every split of a small layer list to proven optimality; the bound over every
+    split must not exceed the best of those optima."""
+    n, p, m = 5, 2, 3
+    prof = layered(random_layers(n, seed), m)
+    pl = parse_placement(placement, p)
+    request = SplitRequest(prof, p, (placement,), cap, objective, "auto")
+    search = __import__("zbsearch.search.partition_search", fromlist=["SplitSearch"]).SplitSearch(request, 1e18)
+    optima = []
+    for counts in all_splits(n, len(pl.routes[0])):
+        try:
+            result = solve(search.problem(pl, counts), time_limit=20)
+        except InfeasibleError:
+            continue
+        assert result.status == "optimal"
+        optima.append(result.objective)
+    assert optima, "the test needs at least one feasible split"
+    assert _bound(request, pl) <= min(optima) * (1 + 1e-9)
+
+
+def test_the_bound_says_no_split_fits_when_none_does():
+    prof = layered(random_layers(5, 7, static=4.0), 3)
+    request = SplitRequest(prof, 2, ("linear",), "8GiB", "makespan", "auto")
+    assert _bound(request, linear(2)) == float("inf")
+
+
+def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
+    prof = layered(random_layers(9, 11), 8, comm=0.5)
+    for rule in ("even", "balanced"):
+        fixed = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", rule), time_limit=5)
+        auto = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", "auto"), time_limit=10)
+        assert auto.objective <= fixed.objective * (1 + 1e-9)
+    report = check(auto.schedule, auto.problem.profile, auto.problem.limit)
+    assert report.ok
+    for rank in auto.details["partition"]["ranks"]:
+        assert rank["total_bytes"] <= 24 * GiB * (1 + 1e-9) and rank["fits"]
+    assert auto.lower_bound == pytest.approx(min(auto.objective, auto.details["any_split_bound"]))
+    assert sum(auto.details["partition"]["layers_per_chunk"]) == 9
+    assert auto.schedule.meta["partition"]["chunks"] == auto.details["partition"]["chunks"]
+
+
+def test_even_spreads_blocks_and_keeps_the_ends_on_the_end_chunks():
+    layers = layered(random_layers(10, 0), 4).layers
+    assert even_counts(layers, 4) == (3, 2, 2, 3)  # 8 blocks: 2 each; embedding first, head last
+
+
+def test_memory_capped_split_moves_layers_off_the_rank_that_holds_most():
+    layers = layered([{"name": f"l{i}", "F": 1, "B": 1, "W": 1, "mem_B": GiB, "mem_W": GiB / 2, "static_bytes": GiB}
+                      for i in range(8)], 4).layers
+    # 1F1B holds 2 microbatches on rank 0 and 1 on rank 1: c layers on rank 0 need 3c GiB there and
+    # 2(8 - c) GiB on rank 1. Under 9 GiB that asks c <= 3 and c >= 4: no split.
+    assert memory_capped_counts(layers, linear(2), [9 * GiB, 9 * GiB], [2, 1]) is None
+    assert memory_capped_counts(layers, linear(2), [10 * GiB, 10 * GiB], [2, 1]) == (3, 5)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("fixed:1,2", "layers per chunk 1,2 add up to 3 but the model has 9 layers"),
+    ("fixed:3,3,3", "give 3 chunks but placement 'linear' on 2 ranks has 2"),
+    ("fixed:a,b", "write fixed: and whole numbers"),
+    ("greedy", "partition 'greedy' is not known: use auto, even, balanced or fixed:N1,N2,..."),
+])
+def test_bad_rules_say_what_to_write(text, message):
+    layers = layered(random_layers(9, 1), 4).layers
+    with pytest.raises(PartitionError, match=message):
+        parse_rule(text, layers, linear(2))
+
+
+def test_a_layer_too_big_for_the_cap_is_named():
+    prof = layered(random_layers(5, 3, static=6.0), 3)
+    with pytest.raises(InfeasibleError, match=r"for any split: layer 'layers\.\d' alone needs"):
+        search_splits(SplitRequest(prof, 2, ("linear",), "9GiB", "makespan", "auto"), time_limit=2)
+
+
+def test_cli_partition_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"stages": [{"F": 1, "B": 1, "W": 1}] * 2, "source": {"kind": "estimated",
+                                                                                      "method": "test"}}))
+    result = runner.invoke(app, ["solve", "--profile", str(plain), "--partition", "auto", "--mem-limit", "2p"])
+    assert result.exit_code == 1
+    assert "has none (no layers list)" in result.output and "Traceback" not in result.output
+    layered_file = tmp_path / "layers.json"
+    layered_file.write_text(json.dumps(layered(random_layers(9, 2), 4).to_dict()))
+    result = runner.invoke(app, ["solve", "--profile", str(layered_file), "-p", "2", "--placement", "linear",
+                                 "--partition", "fixed:4,4", "--mem-limit", "2p"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("error: --partition: layers per chunk 4,4 add up to 8")
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["solve", "--profile", str(layered_file), "-p", "3", "--partition", "auto",
+                                 "--mem-limit", "40GiB", "--time-limit", "5", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "any split: lower bound" in result.output and "split (auto): layers per chunk" in result.output
+    assert "partition" in json.loads(out.read_text())["meta"]

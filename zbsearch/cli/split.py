@@ -1,0 +1,66 @@
+"""`zbsearch solve --partition`: the split of layers searched (or named) together with the schedule."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rich.table import Table
+
+from ..core.errors import PartitionError, ProfileError
+from ..core.profile import Profile, check_stages, load_profile
+from ..report.render import fmt_bytes, fmt_number
+from ..search.partition_search import SplitRequest, search_splits
+from ..search.solve import AUTO_PLACEMENTS, Progress, SolveResult
+from ..search.split_report import layer_range
+from .options import naming, naming_subjects
+
+
+def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profile:
+    """The profile for a split search: it must list its layers; -p may differ from its stage count."""
+    if path is None:
+        raise ProfileError("--partition needs a profile with per-layer costs: give --profile PROFILE.json "
+                           "(zbsearch profile writes its layers)")
+    prof = load_profile(path)
+    if prof.layers is None:
+        raise PartitionError(f"--partition needs per-layer costs, and profile {prof.label} has none (no layers "
+                             "list): profile the model again with zbsearch profile, which writes them")
+    if p is not None:
+        check_stages(p)
+    return prof.with_microbatches(m) if m is not None else prof
+
+
+def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, mem_limit: str, objective: str,
+                headroom: float, time_limit: float, workers: int, seed: int,
+                progress: "callable[[Progress], None] | None") -> SolveResult:
+    names = AUTO_PLACEMENTS if (placement or "auto").strip().lower() == "auto" else (placement,)
+    request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
+    with naming_subjects({"--partition": "layers per chunk"}), naming(
+            {"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True):
+        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+
+
+def split_table(result: SolveResult) -> Table:
+    """Rank by rank: the layers of each chunk, static bytes, peak activations, their sum and the cap."""
+    facts = result.details["partition"]
+    bytes_unit = result.problem.profile.memory_unit == "bytes"
+    show = fmt_bytes if bytes_unit else fmt_number
+    table = Table(title=f"split ({facts['rule']}): layers per chunk {','.join(map(str, facts['layers_per_chunk']))}",
+                  title_justify="left")
+    for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits"):
+        table.add_column(col, justify="left" if col == "layers" else "right")
+    for row in facts["ranks"]:
+        layers = " | ".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
+        cap = row["cap_bytes"]
+        table.add_row(str(row["rank"]), layers, show(row["static_bytes"]), show(row["peak_activation_bytes"]),
+                      show(row["total_bytes"]), "-" if cap is None or math.isinf(cap) else show(cap),
+                      "yes" if row["fits"] else "NO")
+    return table
+
+
+def bound_line(result: SolveResult) -> str:
+    """How far the plan is from the best plan of any split."""
+    any_split = result.details["any_split_bound"]
+    gap = max(0.0, (result.objective - any_split) / result.objective) if result.objective > 0 else 0.0
+    return (f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%} "
+            f"({result.details['splits_scored']} splits scored)")

@@ -1,0 +1,261 @@
+"""Choose the split of a model's layers, the placement and the schedule together, under a memory cap.
+
+The method, per placement: score candidate splits (even, the chunk-time DP, the rank-balanced DP,
+memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
+(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory);
+then move boundary layers one at a time from the best, trying first the moves that unload the busiest
+rank, while they improve the score and time allows; then polish the best splits with the full solver
+(CP-SAT) in the time left. The answer's lower bound is the bound over every split (split_bounds.py),
+so its gap says how far it is from the best plan of any partition.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from ..core.errors import InfeasibleError, PartitionError
+from ..core.ir import Placement
+from ..core.memory import DEFAULT_HEADROOM, P_UNIT, byte_cap, parse_mem_limit
+from ..core.partition import partition_profile, route_length
+from ..core.profile import Profile
+from .problem import Problem, parse_placement
+from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
+from .split_bounds import SplitBoundInput, any_split_bound
+from .split_candidates import (
+    balanced_counts, even_counts, memory_capped_counts, neighbours, parse_rule, rank_balanced, rank_work,
+)
+
+# Share of the time limit the split search may spend before the best splits go to the solver.
+SEARCH_SHARE = 0.45
+# How many of the best splits the solver polishes.
+POLISH = 2
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """What to search: the profile with layers, the stage count, placements, limit and objective."""
+
+    profile: Profile
+    num_ranks: int
+    placements: tuple[str, ...]
+    mem_limit: str | None
+    objective: str = "makespan"
+    rule: str = "auto"  # auto, even, balanced or fixed:N1,N2,...
+    headroom: float = DEFAULT_HEADROOM
+
+
+@dataclass
+class Scored:
+    """One split on one placement, scored by its best heuristic schedule."""
+
+    placement: Placement
+    counts: tuple[int, ...]
+    origin: str
+    objective: float = math.inf
+    peak: float = math.inf  # the largest rank's static bytes + peak activations
+    problem: Problem | None = None
+
+    @property
+    def key(self) -> tuple[float, float]:
+        return self.objective, self.peak
+
+
+@dataclass
+class SplitSearch:
+    """The search state: every split scored so far, by placement and counts."""
+
+    request: SplitRequest
+    deadline: float
+    scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
+    refused: list[InfeasibleError] = field(default_factory=list)
+
+    def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
+        req = self.request
+        prof = partition_profile(req.profile, placement, counts)
+        limit = parse_mem_limit(req.mem_limit, prof, req.headroom)
+        return Problem(prof, placement, req.profile.microbatches, limit, req.objective)
+
+    def score(self, placement: Placement, counts: Sequence[int], origin: str) -> Scored:
+        key = (placement.name + str(placement.num_chunks), tuple(counts))
+        if key in self.scored:
+            return self.scored[key]
+        entry = Scored(placement, tuple(counts), origin)
+        try:
+            problem = self.problem(placement, counts)
+            problem.check_feasible()
+            _, _, tl = heuristic_start(problem)
+        except InfeasibleError as exc:
+            self.refused.append(exc)
+        else:
+            entry.objective = objective_of(tl, problem.objective)
+            entry.peak = max(tl.peak_memory(r) + (problem.profile.stages[r].static_bytes or 0.0)
+                             for r in range(problem.num_ranks))
+            entry.problem = problem
+        self.scored[key] = entry
+        return entry
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
+    """The named candidate splits of one placement."""
+    layers, k = request.profile.layers or (), route_length(placement)
+    balanced = balanced_counts(layers, k)
+    out = [("even", even_counts(layers, k)), ("balanced", balanced),
+           ("rank-balanced", rank_balanced(layers, balanced, placement))]
+    cap = byte_cap(request.mem_limit, request.profile, request.headroom)
+    if cap is not None and placement.num_chunks == placement.num_ranks:
+        p, m = placement.num_ranks, request.profile.microbatches
+        for name, flight in (("memory-1f1b", [min(m, p - r) for r in range(p)]),
+                             ("memory-zb-h2", [min(m, 2 * (p - r) - 1) for r in range(p)])):
+            counts = memory_capped_counts(layers, placement, [cap] * p, flight)
+            if counts is not None:
+                out.append((name, counts))
+    return out
+
+
+def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
+    """Boundary moves from `start`, the ones that unload the busiest rank first, while they improve."""
+    layers = search.request.profile.layers or ()
+    best = start
+    while time.monotonic() < budget_end:
+        moves = sorted(neighbours(best.counts), key=lambda c: max(rank_work(layers, c, best.placement)))
+        better = None
+        for counts in moves:
+            if time.monotonic() >= budget_end:
+                break
+            cand = search.score(best.placement, counts, f"moved from {best.origin}")
+            if cand.key < best.key and cand.objective < math.inf:
+                better = cand
+                break
+        if better is None:
+            break
+        best = better
+    return best
+
+
+def _bound(request: SplitRequest, placement: Placement) -> float:
+    prof = request.profile
+    limit_text = (request.mem_limit or "none").strip().lower()
+    multiple = None
+    if limit_text.endswith(P_UNIT) and limit_text not in ("none",):
+        multiple = float(limit_text[:-1] or 1)
+    comm = prof.comm if prof.link_bandwidth is None else tuple(
+        layer.out_bytes / prof.link_bandwidth for layer in (prof.layers or ())[:-1])
+    data = SplitBoundInput(tuple(prof.layers or ()), placement, prof.microbatches, request.objective,
+                           min(comm, default=0.0), byte_cap(request.mem_limit, prof, request.headroom), multiple)
+    return any_split_bound(data)
+
+
+def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
+                progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """Solve one named split (even, balanced or fixed:...) on each placement; the best wins."""
+    t0 = time.monotonic()
+    results = []
+    search = SplitSearch(request, t0 + time_limit)
+    for k, name in enumerate(request.placements):
+        placement = parse_placement(name, request.num_ranks)
+        _, counts = parse_rule(request.rule, request.profile.layers or (), placement)
+        assert counts is not None
+        share = (time_limit - (time.monotonic() - t0)) / (len(request.placements) - k)
+        try:
+            results.append(solve(search.problem(placement, counts), time_limit=max(share, 0.0), workers=workers,
+                                 seed=seed, progress=progress))
+        except InfeasibleError as exc:
+            search.refused.append(exc)
+    if not results:
+        raise search.refused[0]
+    return _finish(request, results, search, t0, request.rule)
+
+
+def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
+                  progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """The joint search: the best split, placement and schedule found within `time_limit`."""
+    if request.rule.strip().lower() != "auto":
+        return fixed_split(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+    t0 = time.monotonic()
+    search = SplitSearch(request, t0 + SEARCH_SHARE * time_limit)
+    placements = [parse_placement(name, request.num_ranks) for name in request.placements]
+    for placement in placements:
+        route_length(placement)
+        for origin, counts in seed_splits(request, placement):
+            search.score(placement, counts, origin)
+    per_placement = len(placements)
+    for k, placement in enumerate(placements):
+        mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
+        budget_end = time.monotonic() + search.time_left() / (per_placement - k)
+        if mine and mine[0].objective < math.inf:
+            _improve(search, mine[0], budget_end)
+    ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.key)
+    if not ranked:
+        raise _no_split_fits(request, search)
+    if progress:
+        progress(Progress(time.monotonic() - t0, ranked[0].objective, 0.0, "split search"))
+    results = []
+    chosen = ranked[:POLISH]
+    for k, entry in enumerate(chosen):
+        share = (time_limit - (time.monotonic() - t0)) / (len(chosen) - k)
+        assert entry.problem is not None
+        results.append(solve(entry.problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
+                             progress=progress))
+        results[-1].details["split_origin"] = entry.origin
+    return _finish(request, results, search, t0, "auto")
+
+
+def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
+    prof = request.profile
+    cap = byte_cap(request.mem_limit, prof, request.headroom)
+    if cap is not None:
+        heavy = max(prof.layers or (), key=lambda layer: layer.static_bytes + layer.mem_B)
+        need = heavy.static_bytes + heavy.mem_B
+        if need > cap:
+            return InfeasibleError(
+                f"memory limit {request.mem_limit} is infeasible for any split: layer {heavy.name!r} alone needs "
+                f"{need / 2**30:.3g} GiB (static bytes plus one microbatch of activations) but a rank has "
+                f"{cap / 2**30:.3g} GiB: raise the limit above {need / 2**30:.3g} GiB or use more ranks")
+    if search.refused:
+        return search.refused[0]
+    return PartitionError("no split of the layers fits the placements asked for")
+
+
+def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
+            rule: str) -> SolveResult:
+    """The best result, with the bound over every split and the split's description."""
+    best = min(results, key=lambda r: (r.objective, _peak(r)))
+    any_split = min(_bound(request, parse_placement(name, request.num_ranks)) for name in request.placements)
+    best.details["own_split_bound"] = best.lower_bound
+    best.details["any_split_bound"] = any_split
+    if rule == "auto":
+        # The best plan over every split on these placements is no better than this bound; the
+        # polished splits' own bounds say nothing about the other splits.
+        best.lower_bound = min(best.objective, any_split)
+        best.status = "optimal" if best.objective <= best.lower_bound * (1 + OPTIMAL_RTOL) else "feasible"
+    best.details["splits_scored"] = len(search.scored)
+    best.solve_seconds = time.monotonic() - t0
+    best.details["partition_rule"] = rule
+    from .split_report import split_facts
+
+    best.details["partition"] = split_facts(best)
+    best.schedule.meta["partition"] = split_meta(best.problem.profile)
+    return best
+
+
+def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
+    """The split a schedule carries for export and for runs: layer names, module paths and kinds per
+    global chunk (torch's stage index)."""
+    assert profile.partition is not None and profile.layers is not None
+    by_name = {layer.name: layer for layer in profile.layers}
+    chunks = [list(names) for names in profile.partition]
+    return {"chunks": chunks,
+            "modules": [[path for name in names for path in by_name[name].module_paths] for names in chunks],
+            "kinds": [[by_name[name].kind for name in names] for names in chunks]}
+
+
+def _peak(result: SolveResult) -> float:
+    prof = result.problem.profile
+    return max(result.timeline.peak_memory(r) + (prof.stages[r].static_bytes or 0.0)
+               for r in range(result.problem.num_ranks))

@@ -1,0 +1,179 @@
+"""A lower bound on the objective that holds for every split of the layers on a placement: how far a
+plan is from the best plan of any partition, not just of its own.
+
+For one split, each rank r obeys bounds that depend only on its own layers and on the layers before
+and after them on the route (times per microbatch; m microbatches):
+
+- work: the rank runs its passes one at a time, so it is busy m * (F + B + W) of its layers.
+- memory-forced idle (single-chunk ranks): from its first forward to its first backward the rank can
+  only run forwards, and no memory is freed before that backward, so at most k = activation room /
+  mem_B of them; the first backward cannot start before microbatch 0 has gone down the rest of the
+  route and its gradient has come back (forwards and backwards of the later layers, one hop each
+  way). The rank's span is at least that wait plus the work it could not do during it.
+- memory-time: a microbatch's activations on a chunk stay from the start of its F to the end of its
+  B, at least the forwards and backwards of the chunk and every later layer of the route; at most the
+  rank's activation room is held at once, so its span is at least m * sum(mem_B * hold) / room.
+- head (makespan only): nothing runs on rank r before microbatch 0's forwards of the earlier layers.
+- backward chain (makespan only, single-chunk ranks): once the rank has done all its forwards and
+  backwards, the last microbatch's gradient still crosses every earlier layer, and rank 0 then runs
+  the weight gradient of layer 0.
+
+The bound of a split is the largest rank bound. The smallest of that over all splits is found exactly
+by dynamic programming: over prefixes of layers on the linear placement, and over nested layer ranges
+on the V-shape (rank r holds the r-th range from the front and the r-th from the back, so what is
+left for ranks r+1.. is always one contiguous middle range). Other placements get the work bound over
+ranks, total work / p and the heaviest layer. Every bound is also at least total work / p.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..core.ir import Placement
+from ..core.layers import Layer
+
+
+@dataclass(frozen=True)
+class SplitBoundInput:
+    """What the bound reads: the layers, the pipeline and the memory rule."""
+
+    layers: tuple[Layer, ...]
+    placement: Placement
+    microbatches: int
+    objective: str  # makespan or span
+    min_hop: float  # the cheapest hop between two ranks
+    byte_cap: float | None  # whole-rank cap (static + activations) of a byte limit; None: see multiple
+    multiple: float | None  # N of an `Np` limit (activation room = N * p * the rank's mem_B); None: no limit
+
+
+class _Sums:
+    """Prefix sums of the layers' F, B, W, work, mem_B and static bytes."""
+
+    def __init__(self, layers: Sequence[Layer]) -> None:
+        self.n = len(layers)
+        fields = ("F", "B", "W", "work", "mem_B", "static_bytes")
+        self.pre = {f: [0.0] for f in fields}
+        for layer in layers:
+            for f in fields:
+                self.pre[f].append(self.pre[f][-1] + getattr(layer, f))
+        self.w0 = layers[0].W if layers else 0.0
+
+    def __call__(self, field: str, i: int, j: int) -> float:
+        return self.pre[field][j] - self.pre[field][i]
+
+
+def _room(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]]) -> float:
+    """Activation room of a rank holding these layer ranges (inf: no limit)."""
+    if data.byte_cap is not None:
+        return data.byte_cap - sum(s("static_bytes", i, j) for i, j in ranges)
+    if data.multiple is not None:
+        return data.multiple * data.placement.num_ranks * sum(s("mem_B", i, j) for i, j in ranges)
+    return math.inf
+
+
+def _memory_time(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]]) -> float:
+    """The shortest span in which a rank's activations fit its room (see the module's docstring)."""
+    room = _room(s, data, ranges)
+    if math.isinf(room):
+        return 0.0
+    held = sum(s("mem_B", i, j) * (s("F", i, s.n) + s("B", i, s.n)) for i, j in ranges)
+    return math.inf if room <= 0 else data.microbatches * held / room
+
+
+def _in_flight(s: _Sums, data: SplitBoundInput, i: int, j: int) -> float:
+    """How many microbatches' activations rank layers i..j-1 can hold before any backward frees one."""
+    mem = s("mem_B", i, j)
+    if mem <= 0:
+        return math.inf
+    if data.byte_cap is not None:
+        return max(0.0, math.floor((data.byte_cap - s("static_bytes", i, j)) / mem * (1 + 1e-9)))
+    if data.multiple is not None:
+        return math.floor(data.multiple * data.placement.num_ranks * (1 + 1e-9))
+    return math.inf
+
+
+def _linear_rank(s: _Sums, data: SplitBoundInput, r: int, i: int, j: int) -> float:
+    """The bound of rank r holding layers i..j-1 of a one-chunk-per-rank pipeline."""
+    m, p, hop = data.microbatches, data.placement.num_ranks, data.min_hop
+    work, F = s("work", i, j), s("F", i, j)
+    k = min(m, _in_flight(s, data, i, j))
+    if k < 1:
+        return math.inf  # nothing fits: no schedule of this split exists
+    wait = F + s("F", j, s.n) + s("B", j, s.n) + 2 * (p - 1 - r) * hop
+    span = max(m * work, wait + m * work - k * F, _memory_time(s, data, [(i, j)]))
+    if data.objective != "makespan":
+        return span
+    head = s("F", 0, i) + r * hop
+    chain = head + m * (F + s("B", i, j)) + s("B", 0, i) + r * hop + (s.w0 if r > 0 else 0.0)
+    return max(head + span, chain)
+
+
+def linear_bound(data: SplitBoundInput) -> float:
+    """min over every split of max over ranks of `_linear_rank`: DP over (rank, layers used)."""
+    s, p = _Sums(data.layers), data.placement.num_ranks
+    n = s.n
+    best = [math.inf] * (n + 1)
+    best[0] = 0.0
+    for r in range(p):
+        nxt = [math.inf] * (n + 1)
+        last = r == p - 1
+        for j in range(r + 1, n - (p - 1 - r) + 1):
+            if last and j != n:
+                continue
+            for i in range(r, j):
+                if best[i] < nxt[j]:
+                    nxt[j] = min(nxt[j], max(best[i], _linear_rank(s, data, r, i, j)))
+        best = nxt
+    return best[n]
+
+
+def _v_rank(s: _Sums, data: SplitBoundInput, r: int, outer: tuple[int, int], inner: tuple[int, int]) -> float:
+    """The bound of V rank r holding layers outer[0]..inner[0]-1 and inner[1]..outer[1]-1 (one range
+    when inner is empty, on the last rank)."""
+    m = data.microbatches
+    work = s("work", outer[0], inner[0]) + s("work", inner[1], outer[1])
+    if data.byte_cap is not None:
+        room = data.byte_cap - s("static_bytes", outer[0], inner[0]) - s("static_bytes", inner[1], outer[1])
+        if room < s("mem_B", outer[0], inner[0]) + s("mem_B", inner[1], outer[1]):
+            return math.inf  # not even one microbatch fits beside the static bytes
+    span = max(m * work, _memory_time(s, data, [(outer[0], inner[0]), (inner[1], outer[1])]))
+    head = s("F", 0, outer[0]) + r * data.min_hop
+    return (head if data.objective == "makespan" else 0.0) + span
+
+
+def v_bound(data: SplitBoundInput) -> float:
+    """min over every V split of max over ranks of `_v_rank`: DP over the middle range left."""
+    s, p = _Sums(data.layers), data.placement.num_ranks
+    n = s.n
+    # best[(a, b)]: the best max over ranks 0..r-1 when layers a..b-1 are left for ranks r..p-1.
+    best: dict[tuple[int, int], float] = {(0, n): 0.0}
+    for r in range(p - 1):
+        nxt: dict[tuple[int, int], float] = {}
+        left = p - 1 - r  # ranks after r, each needing two layers (one per chunk)
+        for (a, b), val in best.items():
+            for a2 in range(a + 1, b):
+                for b2 in range(b - 1, a2, -1):
+                    if b2 - a2 < 2 * left:
+                        break
+                    cand = max(val, _v_rank(s, data, r, (a, b), (a2, b2)))
+                    if cand < nxt.get((a2, b2), math.inf):
+                        nxt[(a2, b2)] = cand
+        best = nxt
+    return min((max(val, _v_rank(s, data, p - 1, (a, b), (b, b))) for (a, b), val in best.items() if b - a >= 2),
+               default=math.inf)
+
+
+def any_split_bound(data: SplitBoundInput) -> float:
+    """The lower bound on the objective over every split of the layers on the placement (inf when no
+    split fits the memory cap)."""
+    p, m = data.placement.num_ranks, data.microbatches
+    s = _Sums(data.layers)
+    floor = m * max(s.pre["work"][-1] / p, max(layer.work for layer in data.layers))
+    name = data.placement.name
+    if len(data.placement.routes) == 1 and data.placement.num_chunks == p:
+        return max(floor, linear_bound(data))
+    if name == "v":
+        return max(floor, v_bound(data))
+    return floor
