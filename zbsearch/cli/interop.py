@@ -15,7 +15,8 @@ import typer
 from rich.table import Table
 
 from ..core.errors import ZbsearchError
-from ..interop.export import FORMATS, NEEDS_PROFILE, export
+from ..core.profile import load_profile
+from ..interop.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
 from .console import stdout_console
 from .options import (
     OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects,
@@ -90,20 +91,41 @@ def export_command(
     p: StagesOpt = None,
     uniform_memory: UniformMemoryOpt = None,
 ) -> None:
-    """Write a schedule for torch.distributed.pipelining (CSV) or as a plan / trace of its timeline.
+    """Write a schedule for torch.distributed.pipelining (CSV), its layer split for a trainer, or a plan /
+    trace of its timeline.
 
     torch-csv loads unchanged with _PipelineScheduleRuntime._load_csv(FILE, format="compute_only"), i.e.
-    torchtitan's --parallelism.pipeline_parallel_schedule_csv FILE. json and chrome-trace need
-    --profile or --uniform (with --uniform, -p defaults to the schedule's rank count).
+    torchtitan's --parallelism.pipeline_parallel_schedule_csv FILE. torchtitan writes that CSV to FILE and
+    torchtitan's \\[parallelism] keys (module_fqns_per_model_part, ...) to FILE with the suffix .toml.
+    megatron-layout writes Megatron-LM's --pipeline-model-parallel-layout and companion arguments. Both take
+    the layer split from the schedule (solved on a layer profile) or from --profile. json and chrome-trace
+    need --profile or --uniform (with --uniform, -p defaults to the schedule's rank count).
     """
     schedule = Schedule.load(schedule_file)
-    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    if fmt in NEEDS_SPLIT:
+        if uniform is not None:
+            raise ZbsearchError(f"--format {fmt} needs a layer split, which --uniform does not have: give the split's "
+                                "--profile PROFILE.json, or a schedule solved on a layer profile")
+        problem = None if profile is None else load_profile(profile)
+    else:
+        problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     if fmt in NEEDS_PROFILE and problem is None:
         raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
                             "--uniform F,B,W")
-    path = export(schedule, fmt, output, problem)
-    stdout_console().print(f"wrote {path} ({fmt}: {schedule.num_ranks} ranks, {schedule.placement.num_chunks} stages, "
-                    f"{schedule.num_microbatches} microbatches, {schedule.count()} actions)")
+    paths = export_files(schedule, fmt, output, problem)
+    out = stdout_console()
+    out.print(f"wrote {paths[0]} ({'torch-csv' if fmt == 'torchtitan' else fmt}: {schedule.num_ranks} ranks, "
+              f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
+              f"{schedule.count()} actions)", soft_wrap=True, markup=False)
+    if fmt == "torchtitan":
+        out.print(f"wrote {paths[1]} (torchtitan [parallelism]: module_fqns_per_model_part for "
+                  f"{schedule.placement.num_chunks} stages, the CSV's path, degree and stage layout)",
+                  soft_wrap=True, markup=False)
+    elif fmt == "megatron-layout":
+        vpp = schedule.placement.num_chunks // schedule.num_ranks
+        out.print(f"Megatron-LM arguments: {paths[0].read_text().strip()}\nMegatron derives {vpp} virtual stage(s) per "
+                  "rank from the layout (leave --num-virtual-stages-per-pipeline-rank out) and runs its own 1F1B "
+                  "order: only the split comes from this schedule.", soft_wrap=True, markup=False)
 
 
 def import_command(

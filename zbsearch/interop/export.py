@@ -15,6 +15,12 @@ Formats (see FORMATS):
   track per rank, one complete event per pass, named as torch names the action (`0F3`: stage 0, forward,
   microbatch 3; `1I0`, `2W3`, `3B0` as in the CSV) and coloured by kind, and one memory counter track
   per rank (activations held, in the profile's memory unit). Needs a profile.
+- torchtitan: the torch-csv file plus, beside it with the suffix .toml, torchtitan's `[parallelism]`
+  keys that run it: pipeline degree, the schedule name that builds the placement's stages, the CSV
+  path and `module_fqns_per_model_part`. Needs the layer split (interop/split.py).
+- megatron-layout: Megatron-LM's pipeline arguments on one line: pipeline size, the layout string
+  (`Et*3|t*4|...|ttL`) and the decoder (and MTP) layer counts. Needs the layer split; linear and
+  interleaved placements only.
 
 Every export validates the schedule first (structure, completeness, deadlock; times with a profile)
 and renders the whole file in memory before writing it atomically, so a failed export leaves no file.
@@ -34,14 +40,20 @@ from ..core.ir import Action, Kind, Schedule
 from ..core.profile import Profile
 from ..sim.simulate import Timeline
 from ..sim.validate import validate
+from .split import split_of
+from .trainers import check_megatron_placement, megatron_args, torchtitan_toml
 
 FORMATS: dict[str, str] = {
     "torch-csv": "compute-only CSV for torch's _PipelineScheduleRuntime / torchtitan (no torch needed)",
     "torch-csv-comms": "CSV lowered by torch with SEND/RECV, REDUCE_GRAD, UNSHARD/RESHARD (needs torch)",
     "json": "schedule JSON plus per-rank instructions with planned start/end (needs a profile)",
     "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
+    "torchtitan": "torch-csv at FILE plus FILE's name with .toml: torchtitan's parallelism table with "
+                  "module_fqns_per_model_part (needs the layer split)",
+    "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts (needs the layer split)",
 }
 NEEDS_PROFILE = ("json", "chrome-trace")
+NEEDS_SPLIT = ("torchtitan", "megatron-layout")
 
 # Trace Event "cname" values (chrome://tracing's reserved palette), one per kind. Perfetto ignores
 # cname and colours by event name, so there each action gets its own colour.
@@ -196,7 +208,9 @@ def _memory_events(timeline: Timeline, scale: float) -> list[dict[str, Any]]:
 
 
 def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
-    """Validate `schedule` and return the text of `fmt` (see FORMATS). Writes nothing.
+    """Validate `schedule` and return the text of `fmt` (see FORMATS; torchtitan writes two files, see
+    `render_files`). Writes nothing. For megatron-layout, `profile` is where the split comes from when
+    the schedule carries none.
 
     Raises
     ------
@@ -204,23 +218,58 @@ def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
         Unknown format; json / chrome-trace without a profile; torch-csv-comms without torch.
     ScheduleError
         The schedule is invalid (incomplete, deadlocks, or does not fit the profile), or torch's runtime
-        cannot run its placement, or torch's lowering refuses it.
+        (or Megatron-LM's layout) cannot run its placement, or torch's lowering refuses it.
+    PartitionError
+        megatron-layout without a layer split, or with one that does not fit the schedule.
     """
     if fmt not in FORMATS:
         raise ZbsearchError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt == "torchtitan":
+        raise ZbsearchError("the torchtitan export writes two files (the CSV and its TOML): use render_files or export")
     if fmt in NEEDS_PROFILE and profile is None:
         raise ZbsearchError(f"the {fmt} export needs costs for the timeline: give a profile")
-    timeline = validate(schedule, profile)
-    if fmt == "torch-csv":
+    timeline = validate(schedule, None if fmt in NEEDS_SPLIT else profile)
+    if fmt in ("torch-csv", "torch-csv-comms"):
         torch_compatible(schedule)
+    if fmt == "torch-csv":
         return torch_csv(schedule)
     if fmt == "torch-csv-comms":
-        torch_compatible(schedule)
         return torch_csv_comms(schedule)
+    if fmt == "megatron-layout":
+        check_megatron_placement(schedule)
+        return megatron_args(schedule, split_of(schedule, profile))
     assert timeline is not None  # a profile was given, so validate simulated it
     if fmt == "json":
         return json.dumps(plan_json(timeline), indent=1) + "\n"
     return json.dumps(chrome_trace(timeline)) + "\n"
+
+
+def toml_path(path: str | Path) -> Path:
+    """Where the torchtitan export puts its TOML: beside the CSV, with the suffix .toml."""
+    return Path(path).with_suffix(".toml")
+
+
+def render_files(schedule: Schedule, fmt: str, path: str | Path,
+                 profile: Profile | None = None) -> list[tuple[Path, str]]:
+    """Every file `fmt` writes for `path`, with its text, all rendered (and checked) before any is
+    written: the torchtitan export is the torch-csv at `path` and its TOML at `toml_path(path)`."""
+    path = Path(path)
+    if fmt != "torchtitan":
+        return [(path, render(schedule, fmt, profile))]
+    toml = toml_path(path)
+    if toml == path:
+        raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its TOML beside it with the "
+                            "suffix .toml: name the CSV file with another suffix, e.g. schedule.csv")
+    text = render(schedule, "torch-csv", profile)
+    return [(path, text), (toml, torchtitan_toml(schedule, split_of(schedule, profile), str(path)))]
+
+
+def export_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None) -> list[Path]:
+    """As `export`, returning every file written (two for torchtitan: the CSV, then its TOML)."""
+    files = render_files(schedule, fmt, path, profile)
+    for target, text in files:
+        write_atomic(target, text)
+    return [target for target, _ in files]
 
 
 def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None) -> Path:
@@ -231,21 +280,23 @@ def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | No
     schedule
         The schedule to write.
     fmt
-        One of FORMATS: torch-csv, torch-csv-comms, json, chrome-trace.
+        One of FORMATS: torch-csv, torch-csv-comms, json, chrome-trace, torchtitan, megatron-layout.
     path
-        Where to write; its folder must exist.
+        Where to write; its folder must exist. The torchtitan export also writes `toml_path(path)`.
     profile
         Costs for the simulated times (needed by json and chrome-trace; with torch-csv it only adds a
-        check that the schedule fits the profile).
+        check that the schedule fits the profile). For torchtitan and megatron-layout, the layer split
+        when the schedule carries none (`details.partition.layers_per_stage`; names, module paths and
+        kinds from its `layers` when it has them).
 
     Returns
     -------
     Path
-        The file written.
+        The file written (for torchtitan, the CSV).
 
     Raises
     ------
-    ZbsearchError, ScheduleError
+    ZbsearchError, ScheduleError, PartitionError
         As `render`; nothing is written.
 
     Examples
@@ -254,6 +305,4 @@ def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | No
     >>> export(generate("zb-h1", 4, 8), "torch-csv", "zbh1.csv")  # doctest: +SKIP
     PosixPath('zbh1.csv')
     """
-    text = render(schedule, fmt, profile)
-    write_atomic(path, text)
-    return Path(path)
+    return export_files(schedule, fmt, path, profile)[0]
