@@ -15,7 +15,7 @@ boundary over the profile's `link_bandwidth`; without a bandwidth the profile's 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .errors import PartitionError
@@ -160,3 +160,52 @@ def counts_of(names: Sequence[Sequence[str]], layers: Sequence[Layer], placement
                                  f"layer order that chunk holds {list(expected[k])}: use the profile the split was "
                                  "made for")
     return counts
+
+
+@dataclass(frozen=True)
+class Split:
+    """Per global chunk: layer names, the module paths they cover, and each layer's kind."""
+
+    chunks: tuple[tuple[str, ...], ...]
+    modules: tuple[tuple[str, ...], ...]
+    kinds: tuple[tuple[str, ...], ...]
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    def to_meta(self) -> dict[str, list[list[str]]]:
+        return {"chunks": [list(c) for c in self.chunks], "modules": [list(m) for m in self.modules],
+                "kinds": [list(k) for k in self.kinds]}
+
+
+def split_from_layers(names: Sequence[Sequence[str]], layers: Sequence[Layer]) -> Split:
+    by_name = {layer.name: layer for layer in layers}
+    missing = [n for chunk in names for n in chunk if n not in by_name]
+    if missing:
+        raise PartitionError(f"the split names layer {missing[0]!r}, which the profile's layers do not list: use the "
+                             "profile the split was made for")
+    chunks = tuple(tuple(chunk) for chunk in names)
+    return Split(chunks, tuple(tuple(m for n in chunk for m in by_name[n].module_paths) for chunk in chunks),
+                 tuple(tuple(by_name[n].kind for n in chunk) for chunk in chunks))
+
+
+def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
+    """`schedule.meta["partition"]` for a schedule made on `profile`, one split of its layers
+    (`partition_profile`): layer names, module paths and kinds per global chunk index.
+
+    >>> from zbsearch.core.ir import linear
+    >>> from zbsearch.core.partition import partition_profile
+    >>> layers = [{"name": n, "kind": k, "F": 1, "B": 1, "W": 1} for n, k in
+    ...           [("tok_embeddings", "embedding"), ("layers.0", "decoder"), ("output", "output")]]
+    >>> layers[2]["modules"] = ["norm", "output"]
+    >>> prof = Profile.from_dict({"name": "toy", "num_stages": 2, "microbatches": 2, "comm": 0,
+    ...     "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": 1, "mem_W": 1}] * 2, "layers": layers,
+    ...     "source": {"kind": "estimated", "method": "doctest"}})
+    >>> split_meta(partition_profile(prof, linear(2), [2, 1]))["modules"]
+    [['tok_embeddings', 'layers.0'], ['norm', 'output']]
+    """
+    if profile.partition is None or profile.layers is None:
+        raise PartitionError(f"profile {profile.label} is not a split of per-layer costs: split its layers over the "
+                             "placement first (core.partition.partition_profile)")
+    return split_from_layers(profile.partition, profile.layers).to_meta()

@@ -17,66 +17,16 @@ the kind of each layer. A schedule solved on a layer-level profile carries it as
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..core.errors import PartitionError
 from ..core.ir import Schedule
-from ..core.layers import LAYER_KINDS, Layer
-from ..core.partition import counts_of
+from ..core.layers import LAYER_KINDS
+from ..core.partition import Split, counts_of, split_from_layers, split_meta  # noqa: F401 (split_meta re-exported)
 from ..core.profile import Profile
 
 NO_SPLIT_FIX = ("solve it on a profile with per-layer costs (layers), so that the schedule carries its split, "
                 "or give the profile whose stages the schedule was made for")
-
-
-@dataclass(frozen=True)
-class Split:
-    """Per global chunk: layer names, the module paths they cover, and each layer's kind."""
-
-    chunks: tuple[tuple[str, ...], ...]
-    modules: tuple[tuple[str, ...], ...]
-    kinds: tuple[tuple[str, ...], ...]
-
-    @property
-    def num_chunks(self) -> int:
-        return len(self.chunks)
-
-    def to_meta(self) -> dict[str, list[list[str]]]:
-        return {"chunks": [list(c) for c in self.chunks], "modules": [list(m) for m in self.modules],
-                "kinds": [list(k) for k in self.kinds]}
-
-
-def _from_layers(names: Sequence[Sequence[str]], layers: Sequence[Layer]) -> Split:
-    by_name = {layer.name: layer for layer in layers}
-    missing = [n for chunk in names for n in chunk if n not in by_name]
-    if missing:
-        raise PartitionError(f"the split names layer {missing[0]!r}, which the profile's layers do not list: use the "
-                             "profile the split was made for")
-    chunks = tuple(tuple(chunk) for chunk in names)
-    return Split(chunks, tuple(tuple(m for n in chunk for m in by_name[n].module_paths) for chunk in chunks),
-                 tuple(tuple(by_name[n].kind for n in chunk) for chunk in chunks))
-
-
-def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
-    """`schedule.meta["partition"]` for a schedule made on `profile`, one split of its layers
-    (`partition_profile`): layer names, module paths and kinds per global chunk index.
-
-    >>> from zbsearch.core.ir import linear
-    >>> from zbsearch.core.partition import partition_profile
-    >>> layers = [{"name": n, "kind": k, "F": 1, "B": 1, "W": 1} for n, k in
-    ...           [("tok_embeddings", "embedding"), ("layers.0", "decoder"), ("output", "output")]]
-    >>> layers[2]["modules"] = ["norm", "output"]
-    >>> prof = Profile.from_dict({"name": "toy", "num_stages": 2, "microbatches": 2, "comm": 0,
-    ...     "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": 1, "mem_W": 1}] * 2, "layers": layers,
-    ...     "source": {"kind": "estimated", "method": "doctest"}})
-    >>> split_meta(partition_profile(prof, linear(2), [2, 1]))["modules"]
-    [['tok_embeddings', 'layers.0'], ['norm', 'output']]
-    """
-    if profile.partition is None or profile.layers is None:
-        raise PartitionError(f"profile {profile.label} is not a split of per-layer costs: split its layers over the "
-                             "placement first (core.partition.partition_profile)")
-    return _from_layers(profile.partition, profile.layers).to_meta()
 
 
 def _lists(raw: Any, what: str, origin: str) -> tuple[tuple[str, ...], ...]:
@@ -126,7 +76,7 @@ def _from_profile(profile: Profile) -> Split | None:
         raise PartitionError(f"profile {profile.label}: field details.partition.layers_per_stage must list the layer "
                              "names of each stage")
     if profile.layers is not None:
-        return _from_layers(names, profile.layers)
+        return split_from_layers(names, profile.layers)
     chunks = tuple(tuple(str(n) for n in c) for c in names)
     builtin = (profile.details.get("model") or {}).get("model") == "gpt"
     kinds = tuple(tuple(_builtin_kind(n) if builtin else "other" for n in c) for c in chunks)

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from ..core.errors import InfeasibleError, PartitionError
 from ..core.ir import Placement
 from ..core.memory import DEFAULT_HEADROOM, P_UNIT, byte_cap, parse_mem_limit
-from ..core.partition import partition_profile, route_length
+from ..core.partition import partition_profile, route_length, split_meta
 from ..core.profile import Profile
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
@@ -242,17 +242,6 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
     best.details["partition"] = split_facts(best)
     best.schedule.meta["partition"] = split_meta(best.problem.profile)
     return best
-
-
-def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
-    """The split a schedule carries for export and for runs: layer names, module paths and kinds per
-    global chunk (torch's stage index)."""
-    assert profile.partition is not None and profile.layers is not None
-    by_name = {layer.name: layer for layer in profile.layers}
-    chunks = [list(names) for names in profile.partition]
-    return {"chunks": chunks,
-            "modules": [[path for name in names for path in by_name[name].module_paths] for names in chunks],
-            "kinds": [[by_name[name].kind for name in names] for names in chunks]}
 
 
 def _peak(result: SolveResult) -> float:
