@@ -1,0 +1,142 @@
+"""The partition study: how much choosing the layer split (with the placement and the schedule) gains
+over the splits users write by hand, on estimated H100 profiles of real model shapes.
+
+    python bench/partition_study.py                     # every row, about 25 minutes on 2 cores
+    python bench/partition_study.py --only llama3-8b    # rows of some models
+    python bench/partition_study.py --time-limit 60     # seconds of the joint search per row (default 60)
+
+Writes results/partition_study.{md,csv,png,svg}. Profiles are estimates (FLOP counts and bytes over an
+H100's datasheet peak at 40% MFU, see each profile's `source`), not measurements. Each model runs at two
+whole-rank byte caps: `auto` (80 GB less an 8% headroom) and a tight one that the time-balanced split
+with 1F1B does not fit on rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from partition_rows import GiB, Plan, handcrafted, searched, tight_cap  # noqa: E402
+from results_common import RESULTS, log, write_csv, write_text  # noqa: E402
+from zbsearch.core.memory import byte_cap  # noqa: E402
+from zbsearch.profiling.build import profile_estimate  # noqa: E402
+from zbsearch.profiling.request import PipelineSetup, StageSplit  # noqa: E402
+
+ROWS = (("llama3-8b", 4), ("llama3-8b", 8), ("gpt3-2.7b", 8), ("gemma2-2b", 4), ("gemma2-2b", 8),
+        ("deepseek-v2-lite", 8))
+COMMAND = "python bench/partition_study.py"
+COLUMNS = ("model", "p", "m", "cap_gib", "column", "schedule", "placement", "layers_per_chunk", "iteration_ms",
+           "gap_to_any_split_bound", "peak_gib", "peak_gib_per_rank", "fits", "seconds", "note")
+
+
+def study_profile(model: str, p: int) -> Any:
+    """The estimated H100 profile of a preset at p stages, m = 4p microbatches of one sequence."""
+    return profile_estimate(model, "h100", StageSplit(stages=p), PipelineSetup(microbatches=4 * p))
+
+
+def run_row(model: str, p: int, cap: str, time_limit: float) -> list[Plan]:
+    prof = study_profile(model, p)
+    t0 = time.monotonic()
+    plans = [handcrafted(prof, p, cap, "even"), handcrafted(prof, p, cap, "balanced"),
+             searched(prof, p, cap, "balanced", time_limit / 2), searched(prof, p, cap, "auto", time_limit)]
+    bound = plans[-1].extra.get("any_split_bound")
+    for plan in plans:
+        plan.extra["bound"] = bound
+    log(f"{model} p={p} cap {cap}: " + "; ".join(f"{pl.label} {pl.time / 1e3:.1f} ms" for pl in plans)
+        + f" ({time.monotonic() - t0:.0f} s)")
+    return plans
+
+
+def record(model: str, p: int, m: int, cap_gib: float, plan: Plan) -> dict[str, Any]:
+    bound = plan.extra.get("bound")
+    gap = (plan.time - bound) / plan.time if bound and plan.fits else None
+    return {"model": model, "p": p, "m": m, "cap_gib": round(cap_gib, 1), "column": plan.label,
+            "schedule": plan.schedule, "placement": plan.placement,
+            "layers_per_chunk": ",".join(map(str, plan.counts)),
+            "iteration_ms": round(plan.time / 1e3, 2) if plan.fits else "",
+            "gap_to_any_split_bound": round(gap, 4) if gap is not None else "",
+            "peak_gib": round(plan.peak / GiB, 1) if plan.peak_per_rank else "",
+            "peak_gib_per_rank": " ".join(f"{x / GiB:.1f}" for x in plan.peak_per_rank),
+            "fits": "yes" if plan.fits else "no", "seconds": round(plan.seconds, 1), "note": plan.note}
+
+
+def markdown(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        "# Partition study: choosing the layer split with the schedule", "",
+        f"Regenerate: `{COMMAND}{'' if args.time_limit == 60 else f' --time-limit {args.time_limit:g}'}` "
+        f"(joint search {args.time_limit:g} s per row, balanced + zbsearch half that; one run, 2 cores).", "",
+        "Estimated H100 profiles (FLOP counts over the datasheet peak at 40% MFU; not measured), m = 4p, "
+        "one sequence per microbatch, bf16, Adam (16 bytes per parameter). Caps are whole-rank: static bytes "
+        "plus peak activations. `gap` is (iteration - bound) / iteration against the lower bound that holds "
+        "for every split on the linear and V-shape placements.", "",
+        "| model | p | cap GiB | column | schedule (placement) | layers per chunk | iteration ms | gap | "
+        "peak GiB | fits |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        sched = f"{r['schedule']} ({r['placement']})" if r["schedule"] != "-" else r["note"] or "-"
+        gap = f"{100 * r['gap_to_any_split_bound']:.2f}%" if r["gap_to_any_split_bound"] != "" else "-"
+        lines.append(f"| {r['model']} | {r['p']} | {r['cap_gib']} | {r['column']} | {sched} | "
+                     f"{r['layers_per_chunk'] or '-'} | {r['iteration_ms'] or '-'} | {gap} | {r['peak_gib'] or '-'} | "
+                     f"{r['fits']} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(records: list[dict[str, Any]], stem: Path) -> None:
+    """Iteration time of each column per row (missing bars: nothing fits)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(dict.fromkeys((r["model"], r["p"], r["cap_gib"]) for r in records))
+    columns = list(dict.fromkeys(r["column"] for r in records))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / len(columns)
+    for k, col in enumerate(columns):
+        xs, ys = [], []
+        for i, row in enumerate(rows):
+            hit = [r for r in records if (r["model"], r["p"], r["cap_gib"]) == row and r["column"] == col]
+            if hit and hit[0]["iteration_ms"] != "":
+                xs.append(i + k * width)
+                ys.append(hit[0]["iteration_ms"])
+        ax.bar(xs, ys, width, label=col)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])
+    ax.set_xticklabels([f"{m}\np={p}, {c:g} GiB" for m, p, c in rows], fontsize=7)
+    ax.set_ylabel("iteration time (ms, estimated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(stem.with_suffix(f".{ext}"))
+        log(f"wrote {stem.with_suffix(f'.{ext}').name}")
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds of the joint search per row")
+    args = ap.parse_args(argv)
+    wanted = {s.strip() for s in args.only.split(",") if s.strip()}
+    records = []
+    for model, p in ROWS:
+        if wanted and model not in wanted:
+            continue
+        prof = study_profile(model, p)
+        auto_gib = byte_cap("auto", prof) / GiB
+        for cap_gib in (auto_gib, min(auto_gib - 1, tight_cap(prof, p))):
+            cap = "auto" if cap_gib == auto_gib else f"{cap_gib:g}GiB"
+            for plan in run_row(model, p, cap, args.time_limit):
+                records.append(record(model, p, prof.microbatches, cap_gib, plan))
+    RESULTS.mkdir(exist_ok=True)
+    write_csv(RESULTS / "partition_study.csv", COMMAND, records, COLUMNS)
+    write_text(RESULTS / "partition_study.md", markdown(records, args))
+    figure(records, RESULTS / "partition_study")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
