@@ -226,6 +226,9 @@ def solve(
 
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
+    implied = partition is None and split.has_layers(profile, uniform)
+    if implied:
+        partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
     if partition is not None:
         prof = split.load_layer_profile(profile, p, m)
     else:
@@ -261,6 +264,9 @@ def solve(
     if partition is not None:
         out.print(split.split_table(result))
         out.print(split.bound_line(result))
+        if implied:
+            out.print("the profile lists its layers, so every chunk is costed from them (--partition balanced); "
+                      "--partition auto searches the split too")
     if output is not None:
         out.print(f"wrote {output}")
     if export_torch is not None:

@@ -74,15 +74,15 @@ ObjectiveOpt = Annotated[str, typer.Option(
 PlacementOpt = Annotated[Optional[str], typer.Option(
     "--placement", metavar="linear|interleaved:V|v|auto", rich_help_panel=SEARCH_PANEL,
     help="Which chunks each rank holds: one stage per rank, V looped chunks per rank, V-shape (2 chunks "
-         "per rank), or auto: try linear and V-shape and keep the better. Default: linear, or auto with "
-         "--partition.",
+         "per rank), or auto: try linear and V-shape and keep the better. Default: auto on a profile that "
+         "lists its layers (or with --partition), linear otherwise.",
 )]
 PartitionOpt = Annotated[Optional[str], typer.Option(
     "--partition", metavar="auto|even|balanced|fixed:N1,N2,...", rich_help_panel=SEARCH_PANEL,
     help="Choose the split of layers into chunks too (needs a profile with layers): auto searches it with "
-         "the schedule; even spreads the blocks evenly; balanced minimizes the heaviest chunk's time; "
-         "fixed: gives layers per chunk in route order. A size limit then caps each rank's static bytes "
-         "plus activations.",
+         "the schedule; even spreads the blocks evenly; balanced (the default on a profile with layers) "
+         "minimizes the heaviest chunk's time; fixed: gives layers per chunk in route order. A size limit "
+         "then caps each rank's static bytes plus activations.",
 )]
 HeadroomOpt = Annotated[float, typer.Option(
     "--headroom", min=0.0, max=0.99, rich_help_panel=PROBLEM_PANEL,

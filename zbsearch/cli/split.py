@@ -16,6 +16,11 @@ from ..search.split_report import layer_range
 from .options import naming, naming_subjects
 
 
+def has_layers(path: Path | None, uniform: object) -> bool:
+    """Whether the command line names a profile file that lists its layers."""
+    return path is not None and uniform is None and load_profile(path).layers is not None
+
+
 def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profile:
     """The profile for a split search: it must list its layers; -p may differ from its stage count."""
     if path is None:
@@ -50,7 +55,7 @@ def split_table(result: SolveResult) -> Table:
     for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits"):
         table.add_column(col, justify="left" if col == "layers" else "right")
     for row in facts["ranks"]:
-        layers = " | ".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
+        layers = "\n".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
         cap = row["cap_bytes"]
         table.add_row(str(row["rank"]), layers, show(row["static_bytes"]), show(row["peak_activation_bytes"]),
                       show(row["total_bytes"]), "-" if cap is None or math.isinf(cap) else show(cap),
