@@ -2,7 +2,8 @@
 # Regenerate the profiler's shipped profiles:
 #   cpu-gpt-small.json  a small GPT measured on this machine's CPU (source: measured; about a minute)
 #   h100.json           a 7B-class GPT (32 layers, h 4096, 32 heads, s 4096, b 1) on 8 stages of H100s,
-#                       estimated from the Zero Bubble paper's Table 1 FLOPs at MFU 0.4 (source: estimated)
+#                       estimated from the Zero Bubble paper's Table 1 FLOPs at MFU 0.4 (source: estimated),
+#                       with its per-layer costs (layers) next to the stages
 # On a machine with a GPU, MEASURE_GPU=1 also measures that 7B-class GPT there (bf16, flash attention)
 # into gpu-<device>-gpt-7b.json.
 #

@@ -124,7 +124,7 @@ def test_estimate_needs_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        "estimated 8 bytes embedding",
+        "estimated 8 bytes tok_embeddings",
         "measuring needs torch: pip install 'zbsearch[torch]' (or estimate from FLOP counts, which needs no torch)",
     ]
 
@@ -137,8 +137,10 @@ def test_estimate_cli_writes_an_estimated_profile(tmp_path: Path) -> None:
     profile = load_profile(path)
     assert profile.source["kind"] == "estimated" and "Table 1" in profile.source["method"]
     assert profile.num_stages == 8 and profile.memory_unit == "bytes" and profile.device_capacity_bytes == 80e9
-    assert profile.details["partition"]["layers_per_stage"][-1][-1] == "head"
+    assert profile.details["partition"]["layers_per_stage"][-1][-1] == "output"
     assert all(st.static_bytes > 0 and st.mem_B > st.mem_W > 0 for st in profile.stages)
+    assert [layer.name for layer in profile.layers] == ["tok_embeddings", *(f"layers.{i}" for i in range(32)), "output"]
+    assert profile.link_bandwidth == 200e9 / 8 / 1e6  # bytes per microsecond
 
 
 @pytest.mark.parametrize("args, line", [
@@ -171,8 +173,8 @@ def test_estimate_cli_writes_an_estimated_profile(tmp_path: Path) -> None:
     (["--model", "nocolon", "-p", "1"],
      "model 'nocolon': write gpt or package.module:factory, e.g. my_models:build (option --model)"),
     (["--model", "zb_no_such_module_x:f", "--hidden", "8", "-p", "1"],
-     "--hidden shape the built-in gpt; --model zb_no_such_module_x:f builds its own layers (drop those flags or "
-     "use --model gpt)"),
+     "--hidden shape the built-in models; --model zb_no_such_module_x:f builds its own layers (drop those flags or "
+     "use --model gpt, llama, moe or a preset)"),
 ])
 def test_profile_cli_errors_are_one_line(args: list[str], line: str) -> None:
     assert one_line_error(invoke("profile", *args)) == f"error: {line}"
@@ -215,20 +217,28 @@ def measured() -> Profile:
 def test_all_times_positive(measured: Profile) -> None:
     for st in measured.stages:
         assert st.F > 0 and st.B > 0 and st.W > 0 and st.full_backward > 0
-    layers = measured.details["layers"]
-    for layer in layers:
-        assert layer["F"] > 0 and layer["W"] > 0 and layer["full_backward"] > 0
+    for layer in measured.layers:
+        assert layer.F > 0 and layer.W > 0 and layer.full_backward > 0
         # the embedding's input is token ids: nothing to send back, so its whole backward is W
-        assert (layer["B"] == 0) == (layer["name"] == "embedding")
-    assert [layer["name"] for layer in layers] == ["embedding", "block0", "block1", "head"]
-    assert measured.details["partition"]["layers_per_stage"] == [["embedding", "block0"], ["block1", "head"]]
+        assert (layer.B == 0) == (layer.kind == "embedding")
+    assert [layer.name for layer in measured.layers] == ["tok_embeddings", "layers.0", "layers.1", "output"]
+    assert [layer.kind for layer in measured.layers] == ["embedding", "decoder", "decoder", "output"]
+    assert measured.layers[0].module_paths == ("tok_embeddings", "pos_embeddings")
+    assert measured.layers[-1].module_paths == ("norm", "output")
+    assert measured.details["partition"]["layers_per_stage"] == [["tok_embeddings", "layers.0"], ["layers.1", "output"]]
+    for st, names in zip(measured.stages, measured.details["partition"]["layers_per_stage"]):
+        group = [layer for layer in measured.layers if layer.name in names]
+        assert st.F == pytest.approx(sum(layer.F for layer in group), rel=1e-9)
+        assert st.static_bytes == sum(layer.static_bytes for layer in group)
+        assert st.mem_B == sum(layer.mem_B for layer in group)
+    assert "mem_W_torch_runtime" in measured.layers[1].details and measured.layers[1].details["module"] == "Block"
 
 
 @pytest.mark.torch
 def test_split_backward_close_to_fused_backward(measured: Profile) -> None:
-    layers = measured.details["layers"]
-    split = sum(layer["B"] + layer["W"] for layer in layers)
-    fused = sum(layer["full_backward"] for layer in layers)
+    layers = measured.layers
+    split = sum(layer.B + layer.W for layer in layers)
+    fused = sum(layer.full_backward for layer in layers)
     low, high = SPLIT_TOLERANCE
     assert low <= split / fused <= high, (split, fused, layers)
 
@@ -237,7 +247,10 @@ def test_split_backward_close_to_fused_backward(measured: Profile) -> None:
 def test_memory_M_B_above_M_W_and_grows_with_micro_batch(measured: Profile) -> None:
     for st in measured.stages:
         assert st.mem_B > st.mem_W > 0
-    assert "notes" not in measured.details  # no stage needed mem_B raised to mem_W
+    # Only the head holds more from B to W (its input and the logits' gradient) than from F to B (a vocabulary
+    # of 256 makes small logits); its mem_B is raised, with a note, and no block's is.
+    assert measured.details["notes"] == [f"layer output: mem_B raised from 788484 to mem_W 1050624 bytes"]
+    assert all(layer.mem_B >= layer.mem_W for layer in measured.layers)
     blocks = {}
     for b in (1, 2):
         shape = GptShape(layers=1, hidden=TINY.hidden, heads=TINY.heads, seq=TINY.seq, micro_batch=b,
@@ -282,7 +295,8 @@ def test_cli_profile_forced_split_and_torch_stage0(tmp_path: Path) -> None:
     profile = load_profile(path)
     assert printed["stages"] == json.loads(path.read_text())["stages"]
     assert profile.num_stages == 2 and profile.microbatches == 6
-    assert profile.details["partition"]["layers_per_stage"] == [["embedding", "block0", "block1"], ["block2", "head"]]
+    assert profile.details["partition"]["layers_per_stage"] == [["tok_embeddings", "layers.0", "layers.1"],
+                                                                ["layers.2", "output"]]
     assert profile.details["partition"]["method"] == "forced by --layers-per-stage"
     assert profile.details["timing"]["order"] == "one layer at a time"
     first = profile.stages[0]
@@ -345,8 +359,9 @@ def test_user_factory_is_measured(factories: str, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     profile = load_profile(path)
     assert profile.num_stages == 2 and profile.source["kind"] == "measured"
-    names = [layer["name"] for layer in profile.details["layers"]]
-    assert names == ["0:Linear", "1:GELU", "2:Linear"]
+    assert [layer.name for layer in profile.layers] == ["0", "1", "2"]  # module paths in the nn.Sequential
+    assert [layer.details["module"] for layer in profile.layers] == ["Linear", "GELU", "Linear"]
+    assert {layer.kind for layer in profile.layers} == {"other"}
     assert all(st.F > 0 and st.B + st.W > 0 for st in profile.stages)
 
 
@@ -373,8 +388,8 @@ def test_bad_factories_get_one_clear_line(factories: str, factory: str, line: st
 
 @pytest.mark.torch
 @pytest.mark.parametrize("factory, start", [
-    ("wrong_input", "error: layer 0:Linear (Linear) failed on its input, a float32 tensor of shape 2x5: RuntimeError: "),
-    ("returns_tuple", "error: layer 1:Pair (Pair) returned a tuple, not a tensor: each layer must take one tensor and "
+    ("wrong_input", "error: layer 0 (Linear) failed on its input, a float32 tensor of shape 2x5: RuntimeError: "),
+    ("returns_tuple", "error: layer 1 (Pair) returned a tuple, not a tensor: each layer must take one tensor and "
                       "return one tensor"),
 ])
 def test_layers_that_fail_get_one_clear_line(factories: str, factory: str, start: str) -> None:

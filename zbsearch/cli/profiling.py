@@ -1,4 +1,4 @@
-"""`zbsearch profile`: measure (or estimate) a model's per-stage costs and write a profile JSON.
+"""`zbsearch profile`: measure (or estimate) a model's per-layer and per-stage costs and write a profile JSON.
 
 Only parsing, rendering and naming the flags behind a library error live here; the work is
 zbsearch.profiling's. The progress bar goes to stderr so that stdout carries only the summary (or, with
@@ -19,8 +19,9 @@ from rich.table import Table
 
 from ..core.errors import ProfilerError, ZbsearchError
 from ..core.profile import Profile
-from ..profiling.build import profile_gpt_estimate, profile_measured
+from ..profiling.build import profile_estimate, profile_measured
 from ..profiling.hardware import GPUS
+from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shape
 from ..profiling.request import (
     DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape, MeasureRequest, PipelineSetup,
     StageSplit,
@@ -36,27 +37,54 @@ ESTIMATE_PANEL = "Estimate (no GPU needed)"
 OUTPUT_PANEL = "Output"
 
 ModelOpt = Annotated[str, typer.Option(
-    "--model", metavar="gpt|PKG.MODULE:FACTORY", rich_help_panel=MODEL_PANEL,
-    help="gpt: the built-in GPT-style decoder (shapes below). Or your own: a function, importable from the "
-         "current directory too, returning (layers, sample_input): the ordered list of nn.Module layers and "
-         "the first layer's input tensor for one microbatch.",
+    "--model", metavar="gpt|llama|moe|PRESET|PKG.MODULE:FACTORY", rich_help_panel=MODEL_PANEL,
+    help="gpt: the built-in GPT-style decoder (shapes below). llama: a Llama-style decoder (RMSNorm, "
+         "grouped-query attention, RoPE, SwiGLU, untied head); moe: the same with dense first blocks and "
+         f"mixture-of-experts ones; presets: {', '.join(PRESETS)} (shape flags change them). llama, moe and "
+         "the presets other than gpt3-2.7b are --estimate only: they are not measured on torch. Or your own: a "
+         "function, importable from the current directory too, returning (layers, sample_input): the ordered "
+         "list of nn.Module layers and the first layer's input tensor for one microbatch.",
 )]
 LayersOpt = Annotated[Optional[int], typer.Option(
-    "--layers", metavar="L", rich_help_panel=MODEL_PANEL, help="gpt: transformer layers. Default 4.")]
+    "--layers", metavar="L", rich_help_panel=MODEL_PANEL, help="Transformer blocks. Default 4.")]
 HiddenOpt = Annotated[Optional[int], typer.Option(
-    "--hidden", metavar="H", rich_help_panel=MODEL_PANEL, help="gpt: hidden size. Default 256.")]
+    "--hidden", metavar="H", rich_help_panel=MODEL_PANEL, help="Hidden size. Default 256.")]
 HeadsOpt = Annotated[Optional[int], typer.Option(
-    "--heads", metavar="A", rich_help_panel=MODEL_PANEL, help="gpt: attention heads. Default 4.")]
+    "--heads", metavar="A", rich_help_panel=MODEL_PANEL, help="Attention heads. Default 4.")]
 SeqOpt = Annotated[Optional[int], typer.Option(
-    "--seq", metavar="S", rich_help_panel=MODEL_PANEL, help="gpt: sequence length. Default 128.")]
+    "--seq", metavar="S", rich_help_panel=MODEL_PANEL, help="Sequence length. Default 128.")]
 MicroBatchOpt = Annotated[Optional[int], typer.Option(
-    "--micro-batch", metavar="B", rich_help_panel=MODEL_PANEL, help="gpt: sequences per microbatch. Default 2.")]
+    "--micro-batch", metavar="B", rich_help_panel=MODEL_PANEL,
+    help="Sequences per microbatch. Default 2 for gpt, 1 for llama, moe and the presets.")]
 VocabOpt = Annotated[Optional[int], typer.Option(
-    "--vocab", metavar="V", rich_help_panel=MODEL_PANEL, help="gpt: vocabulary size. Default 1024.")]
-AttentionOpt = Annotated[str, typer.Option(
+    "--vocab", metavar="V", rich_help_panel=MODEL_PANEL, help="Vocabulary size. Default 1024.")]
+KvHeadsOpt = Annotated[Optional[int], typer.Option(
+    "--kv-heads", metavar="K", rich_help_panel=MODEL_PANEL,
+    help="llama, moe: key/value heads (grouped-query attention). Default: --heads.")]
+FfnOpt = Annotated[Optional[int], typer.Option(
+    "--ffn", metavar="F", rich_help_panel=MODEL_PANEL,
+    help="llama, moe: SwiGLU inner size (moe: of the dense blocks). Default 8H/3 rounded up to a multiple of 256.")]
+HeadDimOpt = Annotated[Optional[int], typer.Option(
+    "--head-dim", metavar="D", rich_help_panel=MODEL_PANEL, help="llama, moe: head size. Default H / A.")]
+DenseLayersOpt = Annotated[Optional[int], typer.Option(
+    "--dense-layers", metavar="N", rich_help_panel=MODEL_PANEL,
+    help="moe: the first N blocks have a dense MLP, the rest experts. Default 1.")]
+ExpertsOpt = Annotated[Optional[int], typer.Option(
+    "--experts", metavar="E", rich_help_panel=MODEL_PANEL,
+    help="moe: routed experts per MoE block, all on the block's stage (no expert parallelism). Default 8.")]
+TopKOpt = Annotated[Optional[int], typer.Option(
+    "--top-k", metavar="K", rich_help_panel=MODEL_PANEL, help="moe: routed experts per token. Default 2.")]
+ExpertFfnOpt = Annotated[Optional[int], typer.Option(
+    "--expert-ffn", metavar="F", rich_help_panel=MODEL_PANEL,
+    help="moe: each expert's SwiGLU inner size. Default --ffn.")]
+SharedExpertsOpt = Annotated[Optional[int], typer.Option(
+    "--shared-experts", metavar="N", rich_help_panel=MODEL_PANEL,
+    help="moe: experts every token passes through, of size --expert-ffn. Default 0.")]
+AttentionOpt = Annotated[Optional[str], typer.Option(
     "--attention", metavar="naive|sdpa", rich_help_panel=MODEL_PANEL,
-    help="gpt: naive keeps the s x s attention probabilities for backward, as the Zero Bubble paper's "
-         "memory model (34h + 5as) assumes; sdpa uses torch's fused scaled_dot_product_attention.",
+    help="naive keeps the s x s attention probabilities for backward, as the Zero Bubble paper's memory model "
+         "(34h + 5as) assumes; sdpa uses torch's fused scaled_dot_product_attention. Default naive for gpt, "
+         "sdpa for llama, moe and the presets.",
 )]
 
 StagesOpt = Annotated[Optional[int], typer.Option(
@@ -114,8 +142,8 @@ SeedOpt = Annotated[int, typer.Option(
 
 EstimateOpt = Annotated[bool, typer.Option(
     "--estimate", rich_help_panel=ESTIMATE_PANEL,
-    help="Do not measure: derive the gpt's profile from the Zero Bubble paper's Table 1 FLOP counts and the "
-         "GPU's dense peak (source: estimated). Needs no torch.",
+    help="Do not measure: derive the profile from FLOP counts (the Zero Bubble paper's Table 1 and its "
+         "conventions) and the GPU's dense peak and memory bandwidth (source: estimated). Needs no torch.",
 )]
 GpuOpt = Annotated[Optional[str], typer.Option(
     "--gpu", metavar="|".join(GPUS), rich_help_panel=ESTIMATE_PANEL,
@@ -136,7 +164,9 @@ NameOpt = Annotated[Optional[str], typer.Option(
 # The request fields a library error names (its `fields`), as this command's flags.
 FLAGS = {
     "model": "--model", "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "seq": "--seq",
-    "micro_batch": "--micro-batch", "vocab": "--vocab", "attention": "--attention", "stages": "-p",
+    "micro_batch": "--micro-batch", "vocab": "--vocab", "kv_heads": "--kv-heads", "ffn": "--ffn",
+    "head_dim": "--head-dim", "dense_layers": "--dense-layers", "experts": "--experts", "top_k": "--top-k",
+    "expert_ffn": "--expert-ffn", "shared_experts": "--shared-experts", "attention": "--attention", "stages": "-p",
     "layers_per_stage": "--layers-per-stage", "microbatches": "-m", "link_gbps": "--link-gbps",
     "optimizer": "--optimizer", "device": "--device", "dtype": "--dtype", "warmup": "--warmup",
     "repeats": "--repeats", "threads": "--threads", "gpu": "--gpu", "mfu": "--mfu",
@@ -176,12 +206,10 @@ def _time(x: float | None, scale: float) -> str:
 
 
 def _short(name: str) -> str:
-    """A layer's name for the table: emb, b3, head for the gpt; the index for a factory's `3:Linear`."""
-    if name == "embedding":
-        return "emb"
-    if name.startswith("block") and name[5:].isdigit():
-        return "b" + name[5:]
-    return name.split(":", 1)[0]
+    """A layer's name for the table: emb, l3, out for the built-in models' tok_embeddings, layers.3, output."""
+    if name.startswith("layers.") and name[7:].isdigit():
+        return "l" + name[7:]
+    return {"tok_embeddings": "emb", "output": "out"}.get(name, name)
 
 
 def _span(names: list[str]) -> str:
@@ -223,7 +251,15 @@ def profile(
     seq: SeqOpt = None,
     micro_batch: MicroBatchOpt = None,
     vocab: VocabOpt = None,
-    attention: AttentionOpt = "naive",
+    kv_heads: KvHeadsOpt = None,
+    ffn: FfnOpt = None,
+    head_dim: HeadDimOpt = None,
+    dense_layers: DenseLayersOpt = None,
+    experts: ExpertsOpt = None,
+    top_k: TopKOpt = None,
+    expert_ffn: ExpertFfnOpt = None,
+    shared_experts: SharedExpertsOpt = None,
+    attention: AttentionOpt = None,
     p: StagesOpt = None,
     layers_per_stage: LayersPerStageOpt = None,
     m: ProfileMicrobatchesOpt = None,
@@ -244,34 +280,33 @@ def profile(
     name: NameOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Measure a model's per-stage F, B, W, memory and communication (or estimate them) into a profile.
+    """Measure a model's per-layer F, B, W, memory and communication (or estimate them) into a profile.
 
     Each layer is timed alone: forward, backward for inputs (torch's I) and backward for weights (W) as
-    separate passes, warm-up runs then the median of the repeats; the layers are then split into -p
-    stages. Feed the result to `zbsearch solve --profile PROFILE.json`.
+    separate passes, warm-up runs then the median of the repeats; the profile lists every layer and
+    their split into -p stages. Feed the result to `zbsearch solve --profile PROFILE.json`.
     """
     shape_args = {"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
-                  "vocab": vocab}
+                  "vocab": vocab, "kv_heads": kv_heads, "ffn": ffn, "head_dim": head_dim,
+                  "dense_layers": dense_layers, "experts": experts, "top_k": top_k, "expert_ffn": expert_ffn,
+                  "shared_experts": shared_experts}
     given = {k: v for k, v in shape_args.items() if v is not None}
-    if model != "gpt" and given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise ProfilerError(f"{flags} shape the built-in gpt; --model {model} builds its own layers "
-                            "(drop those flags or use --model gpt)")
     if gpu is not None and not estimate:
         raise ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
-    shape = GptShape(**given)
     split = StageSplit(stages=p, layers_per_stage=layers_per_stage)
     setup = PipelineSetup(microbatches=m, link_gbps=link_gbps, optimizer=optimizer, torch_stage0=torch_stage0)
     with _naming_flags():
+        shape, preset = _shape(model, given, estimate)
+        attention = attention or ("naive" if model == "gpt" else "sdpa")
         if estimate:
-            result = _estimate(model, shape, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
+            result = _estimate(model, shape, preset, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
                                attention=attention, name=name)
         else:
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
                                      interleave=interleave)
             with progress_bar("profiling") as bar:
-                result = profile_measured(model, split, setup, request, shape=shape, attention=attention, seed=seed,
-                                          name=name, progress=bar)
+                result = profile_measured("gpt" if is_builtin(model) else model, split, setup, request,
+                                          shape=shape, attention=attention, seed=seed, name=name, progress=bar)
     if output is not None:
         result.save(output)
     if json_out:
@@ -280,13 +315,29 @@ def profile(
     _print_summary(result, output)
 
 
-def _estimate(model: str, shape: GptShape, gpu: Optional[str], split: StageSplit, setup: PipelineSetup,
-              **options: Any) -> Profile:
-    if model != "gpt":
-        raise ProfilerError(f"--estimate works for --model gpt only (it counts the GPT's FLOPs); measure {model} instead")
+def _shape(model: str, given: dict[str, Any], estimate: bool) -> tuple[Shape | None, Preset | None]:
+    """The built-in shape `model` names with the given shape flags, or (None, None) for a factory."""
+    if not is_builtin(model):
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise ProfilerError(f"{flags} shape the built-in models; --model {model} builds its own layers "
+                                "(drop those flags or use --model gpt, llama, moe or a preset)")
+        return None, None
+    shape, preset = resolve_shape(model, given)
+    if not estimate and not isinstance(shape, GptShape):
+        raise ProfilerError(f"--model {model} is estimated only (measuring on torch covers gpt and your own "
+                            f"PKG.MODULE:FACTORY): add --estimate --gpu {'|'.join(GPUS)}")
+    return shape, preset
+
+
+def _estimate(model: str, shape: Shape | None, preset: Preset | None, gpu: Optional[str], split: StageSplit,
+              setup: PipelineSetup, **options: Any) -> Profile:
+    if shape is None:
+        raise ProfilerError(f"--estimate counts the FLOPs of the built-in models (gpt, llama, moe and the presets); "
+                            f"measure {model} instead")
     if gpu is None:
         raise ProfilerError(f"--estimate needs --gpu {'|'.join(GPUS)}, e.g. --estimate --gpu h100 --mfu 0.4")
-    return profile_gpt_estimate(shape, gpu.lower(), split, setup, **options)
+    return profile_estimate(shape, gpu.lower(), split, setup, preset=preset, **options)
 
 
 def _print_summary(result: Profile, output: Optional[Path]) -> None:

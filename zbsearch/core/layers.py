@@ -14,7 +14,7 @@ output head). `kind` says what the layer is, for trainers whose split format nam
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .errors import ProfileError
@@ -37,6 +37,9 @@ class Layer:
     full_backward: float | None = None
     modules: tuple[str, ...] = ()
     kind: str = "other"
+    params: int | None = None  # informative
+    # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def BW(self) -> float:
@@ -59,6 +62,10 @@ class Layer:
             out["full_backward"] = self.full_backward
         if self.modules:
             out["modules"] = list(self.modules)
+        if self.params is not None:
+            out["params"] = self.params
+        if self.details:
+            out["details"] = self.details
         return out
 
 
@@ -87,10 +94,11 @@ def _layer(i: int, entry: dict[str, Any]) -> Layer:
         value = entry.get(key)
         return default if value is None else float(value)
 
-    fb = entry.get("full_backward")
+    fb, params = entry.get("full_backward"), entry.get("params")
     return Layer(str(entry["name"]), number("F"), number("B"), number("W"), number("mem_B"), number("mem_W"),
                  number("static_bytes"), number("out_bytes"), None if fb is None else float(fb),
-                 tuple(str(m) for m in entry.get("modules") or ()), str(entry.get("kind") or "other"))
+                 tuple(str(m) for m in entry.get("modules") or ()), str(entry.get("kind") or "other"),
+                 None if params is None else int(params), dict(entry.get("details") or {}))
 
 
 def total_work(layers: Sequence[Layer]) -> float:

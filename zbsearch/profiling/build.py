@@ -3,8 +3,9 @@ static memory and provenance; and the two whole flows, measured and estimated.
 
 `build_profile` splits the layers into p contiguous stages (exact linear-partition DP, or a forced
 split), adds communication times from the bytes crossing each stage boundary and a link bandwidth,
-and returns a validated `Profile`. `profile_measured` and `profile_gpt_estimate` get the layer costs
-(see measure.py and estimate.py) and write the `source` prose that says how they were obtained.
+and returns a validated `Profile` that lists the layers too. `profile_measured` and `profile_estimate`
+get the layer costs (see measure.py and estimate.py) and write the `source` prose that says how they
+were obtained.
 
 Units: times in microseconds, memory in bytes. torch is imported only by `profile_measured`.
 """
@@ -12,21 +13,25 @@ Units: times in microseconds, memory in bytes. torch is imported only by `profil
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Sequence, Union
 
 from ..core.errors import PartitionError, ProfilerError
 from ..core.profile import Profile, check_microbatches, check_stages
-from .costs import LayerCost
-from .estimate import ESTIMATE_FORMULAS, PAPER, estimate_gpt
+from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
+from .estimate import PAPER, estimate_formulas, estimate_layers
 from .hardware import default_dtype, device_info, gpu_spec, import_torch, measure_link_gbps, resolve_device
 from .partition import check_counts, linear_partition, stage_costs
+from .presets import Preset, is_builtin, resolve_shape
 from .request import (
-    DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, MeasureRequest, PipelineSetup, Progress,
-    StageSplit, bad_input, check_choice, check_factory_spec,
+    DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, LlamaShape, MeasureRequest, MoeShape,
+    PipelineSetup, Progress, StageSplit, bad_input, check_choice, check_factory_spec,
 )
+from .transformer import inventory
 
 GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
+Shape = Union[GptShape, LlamaShape, MoeShape]
 DEFAULT_LINK = f"default {DEFAULT_LINK_GBPS} Gb/s"
 
 
@@ -96,14 +101,21 @@ def split_layers(costs: Sequence[LayerCost], split: StageSplit) -> list[int]:
     return counts
 
 
+def _raise_mem_B(costs: Sequence[LayerCost], notes: list[str]) -> list[LayerCost]:
+    """The layers, each holding at least its mem_W from F until B (the profile format needs mem_W <= mem_B)."""
+    out = []
+    for c in costs:
+        if c.mem_W > c.mem_B:
+            notes.append(f"layer {c.name}: mem_B raised from {c.mem_B:.0f} to mem_W {c.mem_W:.0f} bytes")
+            c = replace(c, mem_B=c.mem_W)
+        out.append(c)
+    return out
+
+
 def _stage(k: int, group: Sequence[LayerCost], torch_stage0: bool, notes: list[str]) -> dict[str, float]:
     """Stage k's F, B, W, fused backward, M_B and M_W: the sums over its layers (see build_profile)."""
-    st = {key: float(sum(getattr(c, key) for c in group)) for key in ("F", "B", "W", "full_backward", "mem_B", "mem_W")}
-    for key in ("F", "B", "W", "full_backward"):  # 9 significant digits are plenty
-        st[key] = float(f"{st[key]:.9g}")
-    if st["mem_W"] > st["mem_B"]:
-        notes.append(f"stage {k}: mem_B raised from {st['mem_B']:.0f} to mem_W {st['mem_W']:.0f} bytes")
-        st["mem_B"] = st["mem_W"]
+    st = {key: math.fsum(sig9(getattr(c, key)) for c in group) for key in ("F", "B", "W", "full_backward")}
+    st.update({key: math.fsum(getattr(c, key) for c in group) for key in ("mem_B", "mem_W")})
     if st["mem_B"] <= 0:
         notes.append(f"stage {k}: no saved activations measured; mem_B set to 1 byte")
         st["mem_B"], st["mem_W"] = 1.0, min(st["mem_W"], 1.0)
@@ -136,9 +148,13 @@ def build_profile(costs: Sequence[LayerCost], split: StageSplit, setup: Pipeline
     A stage's F, B, W, fused backward, M_B and M_W are the sums over its layers; its static bytes are its
     parameters times `optimizer_bytes_per_param` (of `setup.optimizer` and `dtype`); the time of
     boundary k is the bytes of the activation leaving stage k divided by `setup.link_gbps` (the default
-    when None; latency ignored). When a stage needs more from B to W than from F to B (small attention,
+    when None; latency ignored). When a layer needs more from B to W than from F to B (small attention,
     large output gradients), its mem_B is raised to its mem_W: the profile format needs mem_W <= mem_B,
     and raising mem_B never under-counts memory.
+
+    The profile lists every layer (`layers`, in model order, with its static bytes) and the link's
+    bandwidth in bytes per microsecond (`link_bandwidth`), so that another split can be chosen later; the
+    stages are the sums over the layers of this split.
 
     With `setup.torch_stage0`, stage 0 is costed as torch.distributed.pipelining runs it: it has no input
     gradient to compute, so its I does nothing (B = 0) and its W runs the fused backward, holding mem_B.
@@ -153,17 +169,19 @@ def build_profile(costs: Sequence[LayerCost], split: StageSplit, setup: Pipeline
     names: list[list[str]] = []
     boundary_bytes: list[int] = []
     notes: list[str] = []
+    costs = _raise_mem_B(costs, notes)
     start = 0
     for k, count in enumerate(counts):
         group = list(costs[start:start + count])
         start += count
         names.append([c.name for c in group])
         st = _stage(k, group, setup.torch_stage0, notes)
-        st["static_bytes"] = float(sum(c.params for c in group) * per_param)
+        st["static_bytes"] = math.fsum(c.params * per_param for c in group)
         stages.append(st)
         if k < len(counts) - 1:
             boundary_bytes.append(group[-1].out_bytes)
-    comm = [float(f"{nbytes * 8 / (link_gbps * 1e9) * 1e6:.9g}") for nbytes in boundary_bytes]
+    bandwidth = link_gbps * 1e9 / 8 / 1e6  # bytes per microsecond
+    comm = [nbytes / bandwidth for nbytes in boundary_bytes]
     info = dict(provenance.details or {})
     info.update({
         "partition": _partition_details(costs, split, counts, names),
@@ -173,14 +191,14 @@ def build_profile(costs: Sequence[LayerCost], split: StageSplit, setup: Pipeline
         "static": {"optimizer": setup.optimizer, "bytes_per_param": per_param,
                    "what": "parameters + gradients + optimizer state (+ fp32 master weights in mixed precision)"},
         "torch_stage0": setup.torch_stage0,
-        "layers": [c.to_dict() for c in costs],
     })
     if notes:
         info["notes"] = notes
     data = {
         "format": "zbsearch-profile/1", "name": provenance.name, "num_stages": p, "microbatches": m,
         "time_unit": "us", "memory_unit": "bytes",
-        "stages": stages, "comm": comm, "source": provenance.source, "details": info,
+        "stages": stages, "comm": comm, "layers": [c.entry(per_param) for c in costs],
+        "link_bandwidth": bandwidth, "source": provenance.source, "details": info,
     }
     if provenance.capacity_bytes:
         data["device_capacity_bytes"] = float(provenance.capacity_bytes)
@@ -191,24 +209,53 @@ def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def profile_gpt_estimate(shape: GptShape, gpu: str, split: StageSplit = StageSplit(),
-                         setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
-                         attention: str = "naive", name: str | None = None) -> Profile:
-    """The estimated profile of the built-in GPT on a GPU (a key of hardware.GPUS); needs no torch."""
-    costs = estimate_gpt(shape, gpu, dtype=dtype, mfu=mfu, attention=attention)
+def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSplit(),
+                     setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
+                     attention: str | None = None, name: str | None = None,
+                     preset: Preset | None = None) -> Profile:
+    """The estimated profile of a GPT, Llama-style or MoE shape on a GPU (a key of hardware.GPUS); no torch.
+
+    `shape` is a record (GptShape, LlamaShape, MoeShape) or a preset's name (presets.PRESETS, e.g.
+    "llama3-8b"); `preset` says which preset a record was made from, for the profile's citation.
+    `attention` defaults to naive for a GptShape of one's own and to sdpa (fused) otherwise.
+    """
+    if isinstance(shape, str):
+        shape, preset = resolve_shape(shape, {})
+    if attention is None:
+        attention = "naive" if isinstance(shape, GptShape) and preset is None else "sdpa"
+    costs = estimate_layers(shape, gpu, dtype=dtype, mfu=mfu, attention=attention)
     spec = gpu_spec(gpu)
-    method = (f"estimated from FLOP counts, not measured: time = FLOPs / ({spec.peak_tflops[dtype]} TFLOP/s "
-              f"dense {dtype} peak of the {spec.name} * MFU {mfu}); attention {attention}; {ESTIMATE_FORMULAS}")
-    source = {"kind": "estimated", "method": method, "citation": f"{PAPER}, Table 1 (FLOPs and activation memory)",
+    method = (f"estimated from FLOP counts and bytes moved, not measured: matrix work time = FLOPs / "
+              f"({spec.peak_tflops[dtype]} TFLOP/s dense {dtype} peak of the {spec.name} * MFU {mfu}); memory-bound "
+              f"time = bytes / {spec.memory_bandwidth / 1e12:g} TB/s HBM bandwidth; attention {attention}; "
+              f"{estimate_formulas(shape)}")
+    source = {"kind": "estimated", "method": method,
+              "citation": f"{PAPER}, Table 1 (FLOPs and activation memory) and its conventions",
               "gpu": spec.name, "peak_source": spec.source, "mfu": mfu, "date": now_utc()}
-    details = {"model": {**shape.describe(), "attention": attention}, "dtype": dtype, "gpu": gpu, "mfu": mfu,
-               "peak_tflops": spec.peak_tflops[dtype]}
+    model: dict[str, Any] = {**shape.describe(), "attention": attention}
+    changed = {k: v for k, v in asdict(shape).items() if preset and getattr(preset.shape, k) != v}
+    if preset:
+        model["preset"] = preset.name
+        source["shape"] = f"{preset.name}-like: {preset.citation}; {preset.note}"
+        if changed:
+            source["shape"] += "; changed here: " + ", ".join(f"{k} {v}" for k, v in changed.items())
+    details: dict[str, Any] = {"model": model, "dtype": dtype, "gpu": gpu, "mfu": mfu,
+                               "peak_tflops": spec.peak_tflops[dtype], "memory_bandwidth": spec.memory_bandwidth}
+    if not isinstance(shape, GptShape):
+        details["estimate"] = {"activation_bytes_per_token": inventory(shape, DTYPE_BYTES[dtype], attention)}
+    label = preset.name if preset and not changed else shape.label()
     provenance = Provenance(
-        name=name or f"{shape.label()}-{gpu}-estimated", source=source, details=details,
+        name=name or f"{label}-{gpu}-estimated", source=source, details=details,
         link_origin="--link-gbps" if setup.link_gbps is not None else DEFAULT_LINK,
         capacity_bytes=spec.memory_bytes)
     return build_profile(costs, replace(split, anchored=GPT_ANCHORS), setup, provenance, dtype=dtype)
 
+
+def profile_gpt_estimate(shape: GptShape, gpu: str, split: StageSplit = StageSplit(),
+                         setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
+                         attention: str = "naive", name: str | None = None) -> Profile:
+    """The estimated profile of the built-in GPT on a GPU: `profile_estimate` of a GptShape."""
+    return profile_estimate(shape, gpu, split, setup, mfu=mfu, dtype=dtype, attention=attention, name=name)
 
 
 def _measured_method(request: MeasureRequest, cuda: bool) -> tuple[str, str, str, str]:
@@ -246,6 +293,7 @@ class _Model:
     anchored: tuple[int, int]
     info: dict[str, Any]
     label: str  # the start of the profile's default name
+    layout: Layout  # kind and modules of the named layers
 
 
 def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -> _Model:
@@ -256,11 +304,12 @@ def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -
     if model == "gpt":
         shape = (shape or GptShape()).check()
         specs, sample = gpt_layers(shape, attention, seed)
-        return _Model(specs, sample, GPT_ANCHORS, {**shape.describe(), "attention": attention}, shape.label())
+        return _Model(specs, sample, GPT_ANCHORS, {**shape.describe(), "attention": attention}, shape.label(),
+                      decoder_layout(shape.layers, positions=True))
     torch.manual_seed(seed)
     specs, sample = load_factory(model)
     info = {"model": model, "layers": len(specs), "sample_input": describe_tensor(sample)}
-    return _Model(specs, sample, (0, 0), info, model)
+    return _Model(specs, sample, (0, 0), info, model, [])
 
 
 def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup: PipelineSetup = PipelineSetup(),
@@ -271,6 +320,9 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
 
     `split.anchored` is set by the model (the GPT's embedding and head stay on the end stages).
     """
+    if model != "gpt" and is_builtin(model):
+        raise bad_input(ProfilerError, f"model {model} is estimated only: measuring on torch covers the built-in gpt "
+                        f"and your own package.module:factory; estimate {model} from its FLOP counts instead", "model")
     if model != "gpt":
         check_factory_spec(model)
     import_torch()
@@ -285,6 +337,7 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     split = replace(split, anchored=loaded.anchored)
     check_split(len(loaded.specs), split)
     costs = measure_layers(loaded.specs, loaded.sample, replace(request, device=str(dev)), progress)
+    costs = apply_layout(costs, loaded.layout)
     info = device_info(dev)
     cuda = dev.type == "cuda"
     if not cuda:
@@ -301,7 +354,8 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
                           "timer": timer, "order": order},
                "memory_method": memory,
                "torch_runtime_note": "torch's split backward keeps the autograd graph from I until W, so between "
-                                     "them it holds about mem_W_torch_runtime per layer (see layers), more than mem_W"}
+                                     "them it holds about mem_W_torch_runtime per layer (see each layer's details), "
+                                     "more than mem_W"}
     dev_tag = "cuda" if cuda else "cpu"
     provenance = Provenance(name=name or f"{loaded.label}-{request.dtype}-{dev_tag}", source=source, details=details,
                             link_origin=origin, capacity_bytes=info.get("capacity_bytes"))

@@ -1,6 +1,6 @@
 """The hardware a profile is measured on or estimated for.
 
-The GPU datasheet table (dense peaks per dtype and memory, for estimates; no torch needed), and the
+The GPU datasheet table (dense peaks per dtype, memory and its bandwidth, for estimates; no torch needed), and the
 probes of the machine that measures: torch itself, the device and its dtype, the CPU or GPU's name and
 capacity, software versions, and the link bandwidth between two GPUs. torch is imported only inside the
 functions that need it.
@@ -21,29 +21,31 @@ from .request import DTYPES, bad_input, check_choice
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """A GPU's dense (no 2:4 sparsity) peak TFLOP/s per dtype and its memory, from the vendor's datasheet."""
+    """A GPU's dense (no 2:4 sparsity) peak TFLOP/s per dtype, its memory and its memory (HBM) bandwidth,
+    from the vendor's datasheet."""
 
     name: str
     peak_tflops: dict[str, float]
     memory_bytes: float
+    memory_bandwidth: float  # bytes per second, decimal (the datasheet's GB/s or TB/s)
     source: str
 
 
 GPUS: dict[str, GpuSpec] = {
     "a100": GpuSpec(
-        "NVIDIA A100 SXM4 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80e9,
+        "NVIDIA A100 SXM4 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80e9, 2039e9,
         "NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity), "
-        "FP32 19.5 TFLOPS, 80 GB HBM2e",
+        "FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s (A100 80GB SXM)",
     ),
     "h100": GpuSpec(
-        "NVIDIA H100 SXM5 80GB", {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9}, 80e9,
+        "NVIDIA H100 SXM5 80GB", {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9}, 80e9, 3.35e12,
         "NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity, "
-        "so 989.4 dense; FP32 67 TFLOPS; 80 GB HBM3",
+        "so 989.4 dense; FP32 67 TFLOPS; 80 GB HBM3 at 3.35 TB/s",
     ),
     "h200": GpuSpec(
-        "NVIDIA H200 SXM 141GB", {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9}, 141e9,
+        "NVIDIA H200 SXM 141GB", {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9}, 141e9, 4.8e12,
         "NVIDIA H200 Tensor Core GPU datasheet, SXM: the H100's GH100 compute (BF16/FP16 1,979 TFLOPS with "
-        "sparsity, 989.4 dense; FP32 67 TFLOPS) with 141 GB HBM3e",
+        "sparsity, 989.4 dense; FP32 67 TFLOPS) with 141 GB HBM3e at 4.8 TB/s",
     ),
 }
 

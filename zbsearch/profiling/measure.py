@@ -243,7 +243,7 @@ def _finish(run: LayerRun) -> LayerCost:
     """The layer's medians and memory; drops its gradients."""
     _clear(run.params, run.x)
     med = {k: statistics.median(v) for k, v in run.samples.items()}
-    extra = {k: v for k, v in run.memory.items() if k not in ("mem_B", "mem_W")}
+    extra = {"module": type(run.mod).__name__, **{k: v for k, v in run.memory.items() if k not in ("mem_B", "mem_W")}}
     return LayerCost(
         name=run.name, F=med["F"], B=med["B"], W=med["W"], full_backward=med["full_backward"],
         mem_B=run.memory["mem_B"], mem_W=run.memory["mem_W"], params=sum(prm.numel() for prm in run.mod.parameters()),

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.errors import ProfilerError
+from .costs import decoder_layout
 from .hardware import one_line
 from .request import ATTENTIONS, GptShape, check_choice, check_factory_spec
 
@@ -82,16 +83,22 @@ def _seeded(seed: int, make: Callable[[], nn.Module]) -> Callable[[], nn.Module]
 
 
 def gpt_layers(shape: GptShape, attention: str = "naive", seed: int = 0) -> tuple[list[LayerSpec], torch.Tensor]:
-    """The built-in GPT as lazily built layers (embedding, blocks, head) and a sample batch of token ids."""
+    """The built-in GPT as lazily built layers (embedding, blocks, head) and a sample batch of token ids.
+
+    The layers are named by their module paths in the model (costs.decoder_layout): tok_embeddings
+    (token and position embeddings), layers.{i}, output (final norm, LM head and loss).
+    """
     shape.check()
     check_choice(attention, ATTENTIONS, "attention", "attention")
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(shape.vocab, (shape.micro_batch, shape.seq), generator=gen)
     targets = torch.randint(shape.vocab, (shape.micro_batch, shape.seq), generator=gen)
-    specs: list[LayerSpec] = [("embedding", _seeded(seed, lambda: Embedding(shape.vocab, shape.hidden, shape.seq)))]
+    names = [name for name, _, _ in decoder_layout(shape.layers, positions=True)]
+    specs: list[LayerSpec] = [(names[0], _seeded(seed, lambda: Embedding(shape.vocab, shape.hidden, shape.seq)))]
     for i in range(shape.layers):
-        specs.append((f"block{i}", _seeded(seed + i + 1, lambda: Block(shape.hidden, shape.heads, shape.seq, attention))))
-    specs.append(("head", _seeded(seed + shape.layers + 1, lambda: Head(shape.vocab, shape.hidden, targets))))
+        specs.append((names[i + 1],
+                      _seeded(seed + i + 1, lambda: Block(shape.hidden, shape.heads, shape.seq, attention))))
+    specs.append((names[-1], _seeded(seed + shape.layers + 1, lambda: Head(shape.vocab, shape.hidden, targets))))
     return specs, ids
 
 
@@ -118,7 +125,8 @@ def _find_factory(spec: str) -> Callable[[], Any]:
 def load_factory(spec: str) -> tuple[list[LayerSpec], torch.Tensor]:
     """Import `package.module:factory`, call it, and check it returned (ordered layers, sample input).
 
-    The current directory is searched too, so a factory in ./my_model.py is `my_model:build`.
+    The current directory is searched too, so a factory in ./my_model.py is `my_model:build`. Each layer
+    is named by its module path: its key in an nn.Sequential or nn.ModuleList, else its index in the list.
 
     Raises
     ------
@@ -132,7 +140,9 @@ def load_factory(spec: str) -> tuple[list[LayerSpec], torch.Tensor]:
     except Exception as exc:
         raise ProfilerError(f"model factory {spec}: the factory raised {one_line(exc)}") from None
     layers, sample = check_factory_result(result, spec)
-    return [(f"{i}:{type(m).__name__}", (lambda m=m: m)) for i, m in enumerate(layers)], sample
+    keys = list(getattr(result[0], "_modules", None) or ())
+    names = keys if isinstance(result[0], nn.Module) and len(keys) == len(layers) else list(map(str, range(len(layers))))
+    return [(name, (lambda m=m: m)) for name, m in zip(names, layers)], sample
 
 
 def check_factory_result(result: Any, spec: str = "factory") -> tuple[list[nn.Module], torch.Tensor]:

@@ -67,6 +67,8 @@ class GptShape:
     micro_batch: int = 2
     vocab: int = 1024
 
+    model = "gpt"
+
     def check(self) -> "GptShape":
         for key, value in asdict(self).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -78,16 +80,136 @@ class GptShape:
                             "hidden", "heads")
         return self
 
-    def block_params(self) -> int:
+    def block_params(self, i: int = 0) -> int:
         h = self.hidden
         return 12 * h * h + 13 * h  # qkv, proj, fc1, fc2 with biases, two LayerNorms
 
+    def layer_params(self) -> list[int]:
+        """Parameters of every layer in model order: embedding (token + position), blocks, head."""
+        h, V = self.hidden, self.vocab
+        return [V * h + self.seq * h, *(self.block_params(i) for i in range(self.layers)), V * h + 2 * h]
+
     def describe(self) -> dict[str, Any]:
-        return {"model": "gpt", **asdict(self)}
+        return {"model": "gpt", **asdict(self), "params": sum(self.layer_params())}
 
     def label(self) -> str:
         """The start of a profile's default name: gpt-4l-h256-s128-b2."""
         return f"gpt-{self.layers}l-h{self.hidden}-s{self.seq}-b{self.micro_batch}"
+
+
+def _whole(model: str, key: str, value: Any, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "positive" if minimum else "non-negative"
+        raise bad_input(ProfilerError, f"{model} {key.replace('_', ' ')} {value!r}: give a {what} whole number", key)
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """A Llama-style decoder: token embedding, `layers` pre-norm blocks (RMSNorm, grouped-query attention
+    with rotary positions, SwiGLU MLP, no biases), final RMSNorm, untied output projection and loss."""
+
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 4
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
+    ffn: int | None = None  # SwiGLU inner size; None: 8h/3 rounded up to a multiple of 256 (Llama's rule)
+    seq: int = 128
+    micro_batch: int = 1
+    vocab: int = 1024
+    head_dim: int | None = None  # None: hidden / heads
+
+    model = "llama"
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def dh(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn if self.ffn is not None else 256 * math.ceil(int(8 * self.hidden / 3) / 256)
+
+    def check(self) -> "LlamaShape":
+        for key, value in asdict(self).items():
+            if value is not None or key not in ("kv_heads", "ffn", "head_dim", "expert_ffn"):
+                _whole(self.model, key, value, 0 if key in ("dense_layers", "shared_experts") else 1)
+        if self.heads % self.kv:
+            raise bad_input(ProfilerError, f"{self.heads} attention heads are not divisible by {self.kv} key/value "
+                            "heads: each key/value head serves a whole group of query heads, e.g. 32 heads with 8",
+                            "heads", "kv_heads")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise bad_input(ProfilerError, f"hidden size {self.hidden} is not divisible by {self.heads} heads: give "
+                            "the head size, or a hidden size that heads divide", "hidden", "heads")
+        return self
+
+    def attention_params(self) -> int:
+        """q, k, v and output projections (no biases)."""
+        q, kv = self.heads * self.dh, 2 * self.kv * self.dh
+        return self.hidden * (2 * q + kv)
+
+    def mlp_params(self, i: int) -> int:
+        return 3 * self.hidden * self.ffn_size  # gate, up and down projections
+
+    def block_params(self, i: int = 0) -> int:
+        return self.attention_params() + self.mlp_params(i) + 2 * self.hidden  # two RMSNorm weights
+
+    def layer_params(self) -> list[int]:
+        """Parameters of every layer in model order: token embedding, blocks, final norm + output projection."""
+        h, V = self.hidden, self.vocab
+        return [V * h, *(self.block_params(i) for i in range(self.layers)), V * h + h]
+
+    def describe(self) -> dict[str, Any]:
+        resolved = {"kv_heads": self.kv, "ffn": self.ffn_size, "head_dim": self.dh}
+        return {"model": self.model, **asdict(self), **resolved, "params": sum(self.layer_params())}
+
+    def label(self) -> str:
+        """The start of a profile's default name: llama-32l-h4096-s8192-b1."""
+        return f"{self.model}-{self.layers}l-h{self.hidden}-s{self.seq}-b{self.micro_batch}"
+
+
+@dataclass(frozen=True)
+class MoeShape(LlamaShape):
+    """A Llama-style decoder whose first `dense_layers` blocks have a dense SwiGLU MLP (size `ffn`) and the
+    rest a mixture of experts: a router over `experts` SwiGLU experts of size `expert_ffn`, `top_k` of them
+    per token, plus `shared_experts` experts every token passes through. No expert parallelism: every
+    expert's parameters sit on the block's stage."""
+
+    dense_layers: int = 1
+    experts: int = 8
+    top_k: int = 2
+    expert_ffn: int | None = None  # None: the dense ffn size (full-size experts)
+    shared_experts: int = 0
+
+    model = "moe"
+
+    @property
+    def expert_size(self) -> int:
+        return self.expert_ffn if self.expert_ffn is not None else self.ffn_size
+
+    def is_moe(self, i: int) -> bool:
+        return i >= self.dense_layers
+
+    def check(self) -> "MoeShape":
+        super().check()
+        if self.dense_layers > self.layers:
+            raise bad_input(ProfilerError, f"{self.dense_layers} dense blocks are more than the model's {self.layers} "
+                            "blocks: give at most as many dense blocks as blocks", "dense_layers", "layers")
+        if self.top_k > self.experts:
+            raise bad_input(ProfilerError, f"each token picks {self.top_k} of {self.experts} experts: the top-k must "
+                            "not exceed the number of routed experts", "top_k", "experts")
+        return self
+
+    def mlp_params(self, i: int) -> int:
+        if not self.is_moe(i):
+            return super().mlp_params(i)
+        h = self.hidden
+        return h * self.experts + 3 * h * self.expert_size * (self.experts + self.shared_experts)  # router, experts
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "expert_ffn": self.expert_size}
 
 
 @dataclass(frozen=True)
