@@ -144,3 +144,10 @@ def test_cli_partition_errors_are_one_line(tmp_path):
     assert result.exit_code == 0, result.output
     assert "any split: lower bound" in result.output and "split (auto): layers per chunk" in result.output
     assert "partition" in json.loads(out.read_text())["meta"]
+
+
+@pytest.mark.parametrize("rule", ["auto", "even", "balanced"])
+def test_more_chunks_than_layers_is_a_clear_error(rule):
+    prof = layered(random_layers(5, 1), 4)
+    with pytest.raises(PartitionError, match="the model has 5 layers but placement 'v' on 3 ranks has 6 chunks"):
+        search_splits(SplitRequest(prof, 3, ("v",), None, "makespan", rule), time_limit=2)

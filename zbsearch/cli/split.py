@@ -53,7 +53,8 @@ def split_table(result: SolveResult) -> Table:
     table = Table(title=f"split ({facts['rule']}): layers per chunk {','.join(map(str, facts['layers_per_chunk']))}",
                   title_justify="left")
     for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits"):
-        table.add_column(col, justify="left" if col == "layers" else "right")
+        table.add_column(col, justify="left" if col == "layers" else "right",
+                         overflow="fold" if col == "layers" else "ellipsis")
     for row in facts["ranks"]:
         layers = "\n".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
         cap = row["cap_bytes"]

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from ..core.errors import InfeasibleError, PartitionError
 from ..core.ir import Placement
 from ..core.memory import DEFAULT_HEADROOM, P_UNIT, byte_cap, parse_mem_limit
-from ..core.partition import partition_profile, route_length, split_meta
+from ..core.partition import check_counts, partition_profile, route_length, split_meta
 from ..core.profile import Profile
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
@@ -181,7 +181,9 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
     search = SplitSearch(request, t0 + SEARCH_SHARE * time_limit)
     placements = [parse_placement(name, request.num_ranks) for name in request.placements]
     for placement in placements:
-        route_length(placement)
+        k = route_length(placement)
+        if len(request.profile.layers or ()) < k:
+            check_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
         for origin, counts in seed_splits(request, placement):
             search.score(placement, counts, origin)
     per_placement = len(placements)
