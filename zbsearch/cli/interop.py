@@ -1,4 +1,4 @@
-"""The torch commands: `export`, `import` and `run`, added to the main app by `register(app)`.
+"""The torch commands `export` and `import` (`run` is in run.py), added to the main app by `register(app)`.
 
 They only parse, call export / torch_import / runtime, and render; errors are ZbsearchErrors that the
 main app prints on one line. Nothing here imports torch: the library functions do, when they need it.
@@ -6,28 +6,22 @@ main app prints on one line. Nothing here imports torch: the library functions d
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from ..core.errors import ZbsearchError
 from ..core.profile import load_profile
 from ..interop.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
 from .console import stdout_console
 from .options import (
-    OUTPUT_PANEL, PROBLEM_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects,
+    OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects,
     problem_for_schedule,
 )
 from .params import parse_chunks, parse_microbatches
-from ..core.ir import Kind, Schedule
+from ..core.ir import Schedule
 from ..sim.validate import validate
-
-if TYPE_CHECKING:
-    from ..interop.runtime import RunResult
 
 TORCH_PANEL = "torch"
 
@@ -56,32 +50,6 @@ StagesPerRankOpt = Annotated[Optional[int], typer.Option(
     "--stages-per-rank", metavar="V", rich_help_panel=TORCH_PANEL, parser=parse_chunks,
     help="With --torch-schedule: stages per rank (default 2 for multi-stage schedules).",
 )]
-NprocOpt = Annotated[Optional[int], typer.Option(
-    "--nproc", metavar="N", rich_help_panel=TORCH_PANEL,
-    help="Processes, one per rank. Default (and the only value allowed): the schedule's rank count.",
-)]
-BackendOpt = Annotated[str, typer.Option(
-    "--backend", metavar="gloo|nccl", rich_help_panel=TORCH_PANEL,
-    help="torch.distributed backend: gloo runs on CPU; nccl needs one GPU per rank.",
-)]
-ModelOpt = Annotated[str, typer.Option(
-    "--model", metavar="mlp|gpt-tiny", rich_help_panel=TORCH_PANEL,
-    help="Model cut into one chunk per stage: a Linear+Tanh MLP, or a tiny causal transformer.",
-)]
-StepsOpt = Annotated[int, typer.Option(
-    "--steps", metavar="K", rich_help_panel=TORCH_PANEL,
-    help="Iterations to run; each is checked against the reference, all but the first are timed.",
-)]
-CommsOpt = Annotated[bool, typer.Option(
-    "--comms", rich_help_panel=TORCH_PANEL,
-    help="Run the torch-csv-comms export (lowered by torch, loaded with format=\"compute_comms\") "
-         "instead of the compute-only CSV.",
-)]
-RunSeedOpt = Annotated[int, typer.Option(
-    "--seed", metavar="K", rich_help_panel=TORCH_PANEL, help="Seed of the model weights and the batch.",
-)]
-
-
 def export_command(
     schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to export.")],
     fmt: FormatOpt,
@@ -163,83 +131,7 @@ def import_command(
                     f"stages, {schedule.num_microbatches} microbatches, {schedule.count()} actions; wrote {output}")
 
 
-def run_command(
-    schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to run.")],
-    nproc: NprocOpt = None,
-    backend: BackendOpt = "gloo",
-    model: ModelOpt = "mlp",
-    steps: StepsOpt = 3,
-    seed: RunSeedOpt = 0,
-    comms: CommsOpt = False,
-    profile: ProfileOpt = None,
-    uniform: UniformOpt = None,
-    p: StagesOpt = None,
-    uniform_memory: UniformMemoryOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Run a schedule on torch.distributed (one process per rank) and check it against a plain model.
-
-    Exports the schedule as a compute-only CSV, runs it through torch's _PipelineScheduleRuntime on a
-    small model, and compares the loss and every parameter gradient with a single-process reference.
-    Prints the measured time of each pass kind per rank (next to the plan with --profile/--uniform) and
-    exits 1 when anything differs. Needs torch: pip install 'zbsearch\\[torch]'.
-    """
-    from ..interop.runtime import run
-
-    schedule = Schedule.load(schedule_file)
-    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    subjects = {"--nproc": "process count", "--backend": "backend", "--model": "model", "--steps": "step count"}
-    with naming_subjects(subjects):
-        result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms)
-    if json_out:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
-    else:
-        out = stdout_console()
-        out.print(_timing_table(result))
-        out.print(_headline(result))
-    if not result.ok:
-        listed = "; ".join(result.problems[:3]) + (f"; and {len(result.problems) - 3} more" if len(result.problems) > 3 else "")
-        raise ZbsearchError(f"{schedule.name!r} on torch does not match the reference: {listed}")
-
-
-def _timing_table(result: RunResult) -> Table:
-
-    planned = result.planned is not None
-    table = Table(title=f"{result.schedule} on torch ({result.backend}, {result.model}): time per pass",
-                  title_justify="left")
-    for col in ("rank", "stages", "pass", "count", "measured ms"):
-        table.add_column(col, justify="right" if col not in ("pass",) else "left")
-    if planned:
-        table.add_column(f"plan ({result.time_unit})", justify="right")
-        table.add_column("plan, scaled ms", justify="right")
-    stages = result.details.get("stages_per_rank", [])
-    for r, kinds in enumerate(result.measured):
-        for k, v in kinds.items():
-            row = [str(r), ",".join(map(str, stages[r])) if r < len(stages) else "", f"{k} ({Kind(k).label})",
-                   str(v["count"]), f"{v['mean_s'] * 1e3:.3f}"]
-            if planned:
-                plan = result.planned[r].get(k)
-                scale = result.plan_seconds_per_unit
-                row += ["" if plan is None else f"{plan:.4g}",
-                        "" if plan is None or scale is None else f"{plan * scale * 1e3:.3f}"]
-            table.add_row(*row)
-    return table
-
-
-def _headline(result: RunResult) -> str:
-    verdict = "match" if result.ok else "DO NOT match"
-    return (
-        f"loss {result.loss:.6g} (reference {result.reference_loss:.6g}); gradients of "
-        f"{result.parameters_checked} parameters {verdict} the single-process reference "
-        f"(max |diff| {result.max_grad_diff:.2g}).\n"
-        f"step time: measured {result.measured_step_seconds * 1e3:.2f} ms (median, slowest rank); the plan "
-        f"with the measured pass times predicts {result.predicted_step_seconds * 1e3:.2f} ms "
-        "(it leaves out communication and launch overheads)."
-    )
-
-
 def register(app: typer.Typer) -> None:
-    """Add `export`, `import` and `run` to the zbsearch app."""
+    """Add `export` and `import` to the zbsearch app (`run` is in run.py)."""
     app.command("export")(export_command)
     app.command("import")(import_command)
-    app.command("run")(run_command)

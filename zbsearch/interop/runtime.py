@@ -2,78 +2,49 @@
 
 `run` exports the schedule as a compute-only torch CSV, spawns one process per rank
 (torch.multiprocessing; gloo on CPU, nccl with one GPU per rank), and in each process (worker.py):
-1. builds the same small model everywhere from one seed, cut into as many chunks as the schedule has
-   stages (mlp: Linear+Tanh chunks; gpt-tiny: a causal transformer block per chunk, the embedding on
-   chunk 0 and the head on the last), in float64 so the check can be tight;
-2. computes a single-process reference: the whole model, the same microbatches, the mean of their
-   losses, one backward;
+1. builds the model everywhere from one seed: the model a profile was made from (the built-in GPT or a
+   user factory, cut into the schedule's chunks by the profile's partition or the schedule's
+   meta.partition, in the profile's dtype; run_model.py, run_build.py), or a small float64 test model
+   (mlp: Linear+Tanh chunks; gpt-tiny: a causal transformer block per chunk);
+2. computes a single-process reference: the whole model (float64), the same microbatches, the mean of
+   their losses, one backward (for a large profiled model only when asked);
 3. wraps the chunks it holds in `PipelineStage`s (sorted by stage index), loads the CSV with
-   `_PipelineScheduleRuntime._load_csv(path, format="compute_only")` and runs `step()` `steps` times;
+   `_PipelineScheduleRuntime._load_csv(path, format="compute_only")` and runs `step()` warmup + steps
+   times;
 4. after every step compares the loss (on the rank holding the last stage) and every parameter
-   gradient of its chunks with the reference (`torch.allclose`), and records how long each F, I, W and B
-   took (the stage's own compute call, so waits for a receive are not counted).
+   gradient of its chunks with the reference, and records how long each F, I, W and B took (the stage's
+   own compute call, so waits for a receive are not counted).
 
-This module is the launcher: it checks the request, starts the processes and turns what they wrote
-into a RunResult next to the plan. Measured times are in seconds. The first step is a warm-up (shape
-inference, allocation) and is left out of the timings when there is more than one step. torch is
-imported only when a run starts.
+This module is the launcher: it checks the request, starts the processes, stops them all when one fails
+or the run outlives its timeout, and turns what they wrote into a RunResult next to the profile's
+prediction (run_result.py). Measured times are in seconds; the warm-up steps (shape inference,
+allocation) are checked but not timed. torch is imported only when a run starts.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import pickle
+import re
 import socket
-import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import RunError
-from ..core.ir import Kind, Schedule
-from ..core.profile import Profile, StageCost
-from ..sim.simulate import chunk_costs, pass_cost, simulate
+from ..core.ir import Schedule
+from ..core.profile import Profile
 from ..sim.validate import validate
 from . import worker as worker_module
 from .export import export, torch_compatible
+from .run_model import plan_profiled_model
+from .run_result import KINDS, RunResult, collect, measured_profile  # noqa: F401 (the run API)
 from .worker import MODELS, Job, require_torch, worker
 
 BACKENDS = ("gloo", "nccl")
-KINDS = tuple(k.value for k in (Kind.F, Kind.B, Kind.W, Kind.FULL_B))  # torch letters F, I, W, B
-
-
-@dataclass
-class RunResult:
-    """What `run` measured and checked. Times are seconds; `planned` is in `time_unit`."""
-
-    schedule: str
-    backend: str
-    model: str
-    nproc: int
-    steps: int
-    ok: bool
-    problems: list[str]
-    loss: float
-    reference_loss: float
-    max_grad_diff: float
-    parameters_checked: int
-    measured: list[dict[str, dict[str, float]]]  # per rank: kind letter -> {count, mean_s}
-    step_seconds: list[float]  # per timed step: the slowest rank's wall time
-    predicted_step_seconds: float  # the simulator's makespan with the measured pass times
-    planned: list[dict[str, float]] | None = None  # per rank: kind letter -> mean planned time
-    time_unit: str | None = None
-    plan_seconds_per_unit: float | None = None  # fits the profile's scale to the measured times
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def measured_step_seconds(self) -> float:
-        return statistics.median(self.step_seconds) if self.step_seconds else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["measured_step_seconds"] = self.measured_step_seconds
-        return out
+DEVICES = {"gloo": "cpu", "nccl": "cuda"}  # the device each backend runs on
 
 
 def _free_port() -> int:
@@ -92,50 +63,40 @@ def _start_method(mp: Any, backend: str) -> str:
     return "forkserver"
 
 
-def _failure(exc: BaseException) -> str:
+# Errors a rank reports when another rank died first: not the cause worth showing.
+KNOCK_ON = ("remote worker", "Connection closed by peer", "Connection reset by peer", "terminated with signal")
+ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)):[ \t]*(\S.*)$")
+
+
+def _cause(text: str) -> str:
+    """The last `SomeError: message` line of a traceback (a chained error's outermost one with a message),
+    shortened to one readable line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    found = [m for m in map(ERROR_LINE.match, lines) if m]
+    line = f"{found[-1].group(1)}: {found[-1].group(2)}" if found else (lines[-1] if lines else "")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _failure(exc: BaseException, error_files: list[str] | None = None) -> str:
+    """The first rank's error that is not a knock-on of another rank's death (else the one torch raised)."""
     rank = getattr(exc, "error_index", None)
-    text = str(exc).strip().splitlines()
-    last = next((line for line in reversed(text) if line.strip()), type(exc).__name__)
-    return f"rank {rank} failed: {last.strip()}" if rank is not None else last.strip()
+    message = _cause(str(exc)) or type(exc).__name__
+    for r, path in enumerate(error_files or ()):
+        try:
+            with open(path, "rb") as fh:
+                line = _cause(str(pickle.load(fh)))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+        if line and not any(k in line for k in KNOCK_ON):
+            rank, message = r, line
+            break
+    return f"rank {rank} failed: {message}" if rank is not None else message
 
 
-def measured_profile(schedule: Schedule, per_chunk: dict[int, dict[str, list[float]]]) -> Profile:
-    """A profile whose per-chunk F, B (torch's I) and W are the measured means (seconds), so the
-    simulator's makespan is the plan for the times this machine actually took. A chunk that ran full
-    backwards gets that time as its fused backward; hops are left at 0."""
-    def mean(xs: list[float]) -> float:
-        return statistics.fmean(xs) if xs else 0.0
-
-    pl = schedule.placement
-    chunks = []
-    for c in range(pl.num_chunks):
-        t = per_chunk.get(c, {})
-        full = mean(t.get("B", []))
-        i, w = (mean(t.get("I", [])), mean(t.get("W", []))) if t.get("W") else (full, 0.0)
-        chunks.append(StageCost(mean(t.get("F", [])), i, w, full_backward=full if t.get("B") else None))
-    stages = tuple(
-        StageCost(*(sum(getattr(chunks[c], f) for c in pl.chunks_on(r)) for f in ("F", "B", "W")))
-        for r in range(pl.num_ranks)
-    )
-    return Profile("measured", stages, (), schedule.num_microbatches,
-                   {"kind": "measured", "device": "zbsearch run", "date": time.strftime("%Y-%m-%d")},
-                   time_unit="s", chunks=tuple(chunks))
-
-
-def _planned(schedule: Schedule, profile: Profile) -> list[dict[str, float]]:
-    costs = chunk_costs(schedule, profile)
-    out = []
-    for r in range(schedule.num_ranks):
-        per: dict[str, list[float]] = {}
-        for a in schedule.passes(r):
-            per.setdefault(a.kind.value, []).append(pass_cost(costs, a))
-        out.append({k: statistics.fmean(v) for k, v in per.items()})
-    return out
-
-
-def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", model: str = "mlp", steps: int = 3,
-        *, profile: Profile | None = None, seed: int = 0, microbatch_size: int = 2,
-        timeout_s: float = 300.0, comms: bool = False) -> RunResult:
+def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", model: str | None = None,
+        steps: int = 3, *, profile: Profile | None = None, seed: int = 0, microbatch_size: int = 2,
+        timeout_s: float = 300.0, comms: bool = False, warmup: int = 1, device: str | None = None,
+        check: bool | None = None) -> RunResult:
     """Execute `schedule` with torch's pipelining runtime on `nproc` processes and check it.
 
     Parameters
@@ -144,106 +105,122 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
         A valid schedule on a linear, interleaved or V-shape placement.
     nproc
         Processes (one per rank); default and only allowed value: the schedule's rank count.
-    backend
-        gloo (CPU) or nccl (one GPU per rank).
+    backend, device
+        gloo on the cpu, or nccl on cuda (one GPU per rank); the device defaults to the backend's.
     model
-        mlp or gpt-tiny, cut into one chunk per stage.
-    steps
-        Iterations; each is checked, and all but the first are timed when there are several.
+        "profile": the model `profile` was made from (its built-in GPT or factory, cut by its partition or
+        the schedule's meta.partition, in its dtype; see run_model.py); mlp or gpt-tiny: a small float64
+        model, one chunk per stage. Default: "profile" when the profile records a model, else mlp.
+    steps, warmup
+        Timed iterations, after `warmup` untimed ones; every iteration is checked.
     profile
-        Optional costs to show the plan next to the measurements (its stage count must be the rank count).
+        Costs to compare the measurements with (its stage count must be the rank count).
+    timeout_s
+        The whole run, start-up included; past it every process is stopped and RunError raised.
     comms
         Run the torch-csv-comms export (torch's lowering, loaded with format="compute_comms") instead of
         the compute-only CSV.
+    check
+        Profiled model only: compare gradients with a float64 single-process reference. None: when the
+        model has at most run_model.CHECK_MAX_PARAMETERS parameters. The small models are always checked.
 
     Returns
     -------
     RunResult
-        `ok` is True when every loss and gradient matched the reference; `problems` says what did not.
+        `ok` is True when every checked loss and gradient matched the reference; `problems` says what did not.
 
     Raises
     ------
     DependencyError
         torch is not installed.
     RunError
-        An option is out of range; nccl without enough GPUs; a worker failed.
+        An option is out of range; an unknown backend or device, or too few GPUs; the profile's model
+        cannot be built or cut for this schedule; a worker failed or the run timed out.
     ScheduleError
         The schedule is invalid or torch's runtime cannot run its placement.
     """
-    _check_request(schedule, nproc, backend, model, steps, profile)
-    import torch.multiprocessing as mp
-
-    p = schedule.num_ranks
+    device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile)
+    plan = plan_profiled_model(schedule, profile, check, seed) if model == "profile" and profile else None
+    validate(schedule, profile)
+    torch_compatible(schedule)
     with tempfile.TemporaryDirectory(prefix="zbsearch-run-") as tmp:
         fmt, csv_format = ("torch-csv-comms", "compute_comms") if comms else ("torch-csv", "compute_only")
         csv_path = export(schedule, fmt, Path(tmp, "schedule.csv"))
         job = Job(schedule, str(csv_path), tmp, _free_port(), backend, model, steps, seed, microbatch_size,
-                  timeout_s, csv_format)
+                  timeout_s, csv_format, warmup, device, plan)
         t0 = time.perf_counter()
-        try:
-            mp.start_processes(worker, args=(job,), nprocs=p, join=True, start_method=_start_method(mp, backend))
-        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            raise RunError(f"running {schedule.name!r} on torch failed: {_failure(exc)}") from None
+        _launch(job, schedule.num_ranks)
         wall = time.perf_counter() - t0
-        results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(p)]
-    return _collect(schedule, backend, model, steps, profile, results, wall, fmt)
+        results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(schedule.num_ranks)]
+    out = collect(schedule, job, profile, results)
+    out.details.update({"wall_seconds": wall, "csv": fmt})
+    return out
 
 
-def _check_request(schedule: Schedule, nproc: int | None, backend: str, model: str, steps: int,
-                   profile: Profile | None) -> None:
-    """Refuse, before any process starts, what cannot run: each message says what to use instead."""
+def _launch(job: Job, nprocs: int) -> None:
+    """Start one worker per rank and wait for all of them, at most `job.timeout_s`; whatever happens,
+    no worker outlives this call."""
+    import torch.multiprocessing as mp
+
+    name = job.schedule.name
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we report failures ourselves
+    deadline = time.monotonic() + job.timeout_s
+    context = mp.start_processes(worker, args=(job,), nprocs=nprocs, join=False,
+                                 start_method=_start_method(mp, job.backend))
+    try:
+        while not context.join(timeout=0.2):
+            if time.monotonic() > deadline:
+                raise RunError(f"running {name!r} on torch did not finish within the timeout of {job.timeout_s:g} s; "
+                               "its processes were stopped: allow more time, or run fewer steps or a smaller model")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+        _stop(context.processes)
+        raise RunError(f"running {name!r} on torch failed: {_failure(exc, context.error_files)}") from None
+    finally:
+        _stop(context.processes)
+
+
+def _stop(processes: list[Any]) -> None:
+    """Terminate the workers still alive, then kill those that ignore it."""
+    alive = [proc for proc in processes if proc.is_alive()]
+    for proc in alive:
+        proc.terminate()
+    for proc in alive:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: str | None, model: str | None,
+                   steps: int, warmup: int, timeout_s: float, profile: Profile | None) -> tuple[str, str]:
+    """Refuse, before any process starts, what cannot run: each message says what to use instead.
+    Returns the device (cpu or cuda) and the model (profile, mlp or gpt-tiny)."""
     if backend not in BACKENDS:
         raise RunError(f"backend {backend!r} is not known: use gloo (CPU) or nccl (GPUs)")
-    if model not in MODELS:
-        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}")
+    device = device if device is not None else DEVICES[backend]
+    if device not in DEVICES.values():
+        raise RunError(f"device {device!r} is not known: use cpu (with gloo) or cuda (with nccl, one GPU per rank)")
+    if device != DEVICES[backend]:
+        raise RunError(f"device {device} does not go with backend {backend}: use gloo on the cpu, or nccl on cuda")
+    if model is None:
+        model = "profile" if profile is not None and isinstance(profile.details.get("model"), dict) else "mlp"
+    if model not in MODELS + ("profile",):
+        raise RunError(f"model {model!r} is not known: use one of profile, {', '.join(MODELS)}")
+    if model == "profile" and profile is None:
+        raise RunError("model 'profile' runs the model a profile was made from: give the profile")
     if steps < 1:
         raise RunError(f"step count {steps} is too small: run at least 1 step")
+    if warmup < 0:
+        raise RunError(f"warm-up step count {warmup} is negative: use 0 or more")
+    if not timeout_s > 0:
+        raise RunError(f"timeout {timeout_s} s is not positive: allow the run some seconds, e.g. 300")
     p = schedule.num_ranks
     if nproc is not None and nproc != p:
         raise RunError(f"process count {nproc} does not match schedule {schedule.name!r}, which has {p} ranks: "
                        f"start {p} processes, one per rank")
-    validate(schedule, profile)
-    torch_compatible(schedule)
     torch = require_torch()
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < p):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise RunError(f"backend nccl needs one GPU per rank: {p} ranks but {have} GPU(s) visible; "
                        "use gloo to run on CPU")
-
-
-def _collect(schedule: Schedule, backend: str, model: str, steps: int, profile: Profile | None,
-             results: list[dict[str, Any]], wall: float, csv_name: str) -> RunResult:
-    per_chunk: dict[int, dict[str, list[float]]] = {}
-    measured: list[dict[str, dict[str, float]]] = []
-    for res in results:
-        per_kind: dict[str, list[float]] = {}
-        for kind, stage, seconds in res["events"]:
-            per_kind.setdefault(kind, []).append(seconds)
-            per_chunk.setdefault(stage, {}).setdefault(kind, []).append(seconds)
-        measured.append({k: {"count": len(v), "mean_s": statistics.fmean(v)}
-                         for k in KINDS if (v := per_kind.get(k))})
-    timed_steps = list(zip(*(r["step_seconds"] for r in results)))
-    if len(timed_steps) > 1:
-        timed_steps = timed_steps[1:]
-    step_seconds = [max(s) for s in timed_steps]
-    loss = next(r["loss"] for r in results if r["loss"] is not None)
-    predicted = simulate(schedule, measured_profile(schedule, per_chunk)).makespan
-    out = RunResult(
-        schedule=schedule.name, backend=backend, model=model, nproc=schedule.num_ranks, steps=steps,
-        ok=not any(r["problems"] for r in results),
-        problems=[f"rank {r['rank']}: {msg}" for r in results for msg in r["problems"]],
-        loss=loss, reference_loss=results[0]["reference_loss"],
-        max_grad_diff=max(r["max_grad_diff"] for r in results),
-        parameters_checked=sum(r["parameters_checked"] for r in results),
-        measured=measured, step_seconds=step_seconds, predicted_step_seconds=predicted,
-        details={"wall_seconds": wall, "stages_per_rank": [r["stages"] for r in results], "csv": csv_name},
-    )
-    if profile is not None:
-        out.planned = _planned(schedule, profile)
-        out.time_unit = profile.time_unit
-        planned_total = sum(pass_cost(chunk_costs(schedule, profile), a)
-                            for r in range(schedule.num_ranks) for a in schedule.passes(r))
-        measured_total = sum(v["count"] * v["mean_s"] for rank in measured for v in rank.values())
-        runs = max(1, steps - 1) if steps > 1 else 1
-        out.plan_seconds_per_unit = measured_total / runs / planned_total if planned_total > 0 else None
-    return out
+    return device, model

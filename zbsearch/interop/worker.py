@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from ..core.errors import DependencyError, RunError
 from ..core.ir import Schedule
+from .run_model import ModelPlan
 from .torch_import import INSTALL_HINT
 
 MODELS = ("mlp", "gpt-tiny")
@@ -45,6 +47,9 @@ class Job:
     microbatch_size: int
     timeout_s: float
     csv_format: str = "compute_only"
+    warmup: int = 0  # untimed steps before the `steps` timed ones
+    device: str = "cpu"  # cpu, or cuda (one GPU per rank: cuda:<rank>)
+    plan: ModelPlan | None = None  # the profiled model; None: the built-in `model`
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -134,10 +139,15 @@ def loss_function(model: str) -> Callable[[Any, Any], Any]:
 
 # -- checks against the reference -----------------------------------------------------------------
 
-def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Callable) -> tuple[list[Any], float]:
-    """The single-process reference: a copy of the whole model, the mean of the microbatch losses, one
-    backward. Returns the copy (its parameters hold the reference gradients) and the loss."""
+def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Callable,
+              dtype: Any = None) -> tuple[list[Any], float]:
+    """The single-process reference: a copy of the whole model (in `dtype` when given, e.g. float64), the
+    mean of the microbatch losses, one backward. Returns the copy (its parameters hold the reference
+    gradients) and the loss."""
     reference = copy.deepcopy(chunks)
+    if dtype is not None:
+        reference = [c.to(dtype) for c in reference]
+        x = x.to(dtype) if x.is_floating_point() else x
     losses = []
     for xi, yi in zip(x.chunk(m), y.chunk(m)):
         out = xi
@@ -149,20 +159,31 @@ def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Ca
     return reference, float(total.detach())
 
 
-def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: list[str]) -> tuple[float, int]:
-    """Append a problem for every parameter whose gradient is missing or not allclose to the reference;
-    return the largest difference and the number of parameters compared."""
-    worst, count = 0.0, 0
+def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: list[str],
+                  tolerance: float | None = None) -> tuple[float, int, float]:
+    """Append a problem for every parameter whose gradient is missing or differs from the reference;
+    return the largest absolute difference, the number of parameters compared and the largest relative
+    L2 error. `tolerance` None: same dtype, `allclose` (RTOL, ATOL); else the largest relative L2 error
+    allowed against a higher-precision reference."""
+    worst, count, worst_rel = 0.0, 0, 0.0
     for (name, p), (_, q) in zip(chunk.named_parameters(), reference.named_parameters()):
         count += 1
         if p.grad is None:
             problems.append(f"{where} parameter {name} got no gradient")
             continue
-        diff = float((p.grad - q.grad).abs().max())
-        worst = max(worst, diff)
-        if not torch.allclose(p.grad, q.grad, rtol=RTOL, atol=ATOL):
-            problems.append(f"{where} parameter {name} gradient differs from the reference (max |diff| {diff:.3g})")
-    return worst, count
+        g, r = p.grad.to(q.grad.dtype), q.grad
+        diff = float((g - r).abs().max()) if g.numel() else 0.0
+        error, norm = float((g - r).norm()), float(r.norm())
+        rel = error / max(norm, 1e-300)  # finite, so that the result stays valid JSON
+        worst, worst_rel = max(worst, diff), max(worst_rel, rel)
+        if tolerance is None:
+            ok = torch.allclose(g, r, rtol=RTOL, atol=ATOL)
+        else:
+            ok = error <= tolerance * norm + ATOL * math.sqrt(g.numel())
+        if not ok:
+            problems.append(f"{where} parameter {name} gradient differs from the reference (max |diff| {diff:.3g}, "
+                            f"relative error {rel:.3g})")
+    return worst, count, worst_rel
 
 
 # -- the worker ----------------------------------------------------------------------------------
@@ -205,12 +226,15 @@ class _RankRun:
         self.torch, self.dist, self.rank, self.job = torch, dist, rank, job
         placement = job.schedule.placement
         n, m = placement.num_chunks, job.schedule.num_microbatches
-        self.chunks = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
-        self.x, self.y = (t.to(device) for t in make_batch(job.model, m, job.microbatch_size, job.seed))
-        loss_fn = loss_function(job.model)
-        self.reference, self.reference_loss = reference(torch, self.chunks, self.x, self.y, m, loss_fn)
-
         self.mine = sorted(placement.chunks_on(rank))
+        self.check = job.plan is None or job.plan.check
+        self.tolerance = None if job.plan is None else job.plan.tolerance
+        self.chunks, self.x, self.y, loss_fn = self._model(n, m, device)
+        self.reference, self.reference_loss = None, None
+        if self.check:  # a profiled model is checked against a float64 copy of itself
+            self.reference, self.reference_loss = reference(
+                torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
+
         stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
         self.runtime = _PipelineScheduleRuntime(stages, m, loss_fn=loss_fn, scale_grads=True)
         self.runtime._load_csv(job.csv_path, format=job.csv_format)
@@ -220,9 +244,21 @@ class _RankRun:
 
         self.has_first, self.has_last = 0 in self.mine, n - 1 in self.mine
         self.problems: list[str] = []
-        self.max_diff, self.checked, self.loss = 0.0, 0, float("nan")
+        self.max_diff, self.max_rel, self.checked, self.loss = 0.0, 0.0, 0, float("nan")
         self.step_seconds: list[float] = []
         self.timed: list[Event] = []
+
+    def _model(self, n: int, m: int, device: Any) -> tuple[list[Any], Any, Any, Callable]:
+        """(chunks, inputs, targets, loss): the built-in model, or the profiled one (only this rank's
+        chunks when there is no reference to compute)."""
+        job = self.job
+        if job.plan is None:
+            chunks = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
+            x, y = (t.to(device) for t in make_batch(job.model, m, job.microbatch_size, job.seed))
+            return chunks, x, y, loss_function(job.model)
+        from .run_build import build_profiled
+
+        return build_profiled(job.plan, m, job.seed, device, set(range(n)) if self.check else set(self.mine))
 
     def step(self, step: int) -> None:
         """One iteration on torch's runtime, timed, then checked against the reference."""
@@ -239,27 +275,29 @@ class _RankRun:
         if self.sync:
             self.torch.cuda.synchronize()
         self.step_seconds.append(time.perf_counter() - t0)
-        # The first of several steps infers shapes and allocates: not a pass time worth reporting.
-        if step > 0 or self.job.steps == 1:
+        if step >= self.job.warmup:  # warm-up steps infer shapes and allocate: not pass times worth reporting
             self.timed.extend(self.events)
         self._check(step, losses)
 
     def _check(self, step: int, losses: list[Any]) -> None:
         if self.has_last:
-            self.loss = float(self.torch.stack(losses).detach().mean())
-            if not math.isclose(self.loss, self.reference_loss, rel_tol=RTOL, abs_tol=ATOL):
-                self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference "
-                                     f"{self.reference_loss!r}")
+            self.loss = float(self.torch.stack(losses).detach().double().mean())
+        if not self.check:
+            return
+        rel, abs_tol = (RTOL, ATOL) if self.tolerance is None else (self.tolerance, 0.0)
+        if self.has_last and not math.isclose(self.loss, self.reference_loss, rel_tol=rel, abs_tol=abs_tol):
+            self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference {self.reference_loss!r}")
         for c in self.mine:
-            diff, count = compare_grads(self.torch, self.chunks[c], self.reference[c], f"step {step}: stage {c}",
-                                        self.problems)
-            self.max_diff = max(self.max_diff, diff)
+            diff, count, worst_rel = compare_grads(self.torch, self.chunks[c], self.reference[c],
+                                                   f"step {step}: stage {c}", self.problems, self.tolerance)
+            self.max_diff, self.max_rel = max(self.max_diff, diff), max(self.max_rel, worst_rel)
             self.checked += count if step == 0 else 0
 
     def result(self) -> dict[str, Any]:
         """What the launcher reads back from rank<r>.json."""
         return {
-            "rank": self.rank, "stages": self.mine, "problems": self.problems, "max_grad_diff": self.max_diff,
+            "rank": self.rank, "stages": self.mine, "problems": self.problems, "checked": self.check,
+            "max_grad_diff": self.max_diff, "max_grad_rel_error": self.max_rel,
             "parameters_checked": self.checked, "loss": self.loss if self.has_last else None,
             "reference_loss": self.reference_loss, "step_seconds": self.step_seconds,
             "events": [[k, s, t1 - t0] for k, s, t0, t1 in self.timed],
@@ -273,14 +311,16 @@ def worker(rank: int, job: Job) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    device = torch.device(f"cuda:{rank}") if job.backend == "nccl" else torch.device("cpu")
+    # The launcher reports a failure in one line; torch's runtime would also log the whole schedule.
+    logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
+    device = torch.device(f"cuda:{rank}") if job.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{job.port}", rank=rank,
                             world_size=job.schedule.placement.num_ranks, timeout=timedelta(seconds=job.timeout_s))
     try:
         run = _RankRun(torch, dist, rank, job, device)
-        for step in range(job.steps):
+        for step in range(job.warmup + job.steps):
             run.step(step)
         Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps(run.result()))
         dist.barrier()
