@@ -81,7 +81,7 @@ def test_the_profiled_gpt_runs_1f1b_with_checked_gradients_and_per_pass_times(tm
     got = json.loads(result.stdout)
     assert got == json.loads(out.read_text())
     assert got["ok"] and got["checked"] and got["dtype"] == "fp32" and got["max_grad_rel_error"] < 1e-4
-    assert got["model"] == TINY.label() and got["partition"] == [["embedding", "block0"], ["block1", "head"]]
+    assert got["model"] == TINY.label() and got["partition"] == [["tok_embeddings", "layers.0"], ["layers.1", "output"]]
     assert len(got["step_seconds"]) == 2 and got["profile_step_seconds"] > 0
     rows = got["passes"]
     assert {(r["rank"], r["kind"]) for r in rows} == {(0, "F"), (0, "B"), (1, "F"), (1, "B")}
@@ -92,10 +92,10 @@ def test_the_profiled_gpt_runs_1f1b_with_checked_gradients_and_per_pass_times(tm
 @pytest.mark.slow
 def test_a_v_schedule_runs_the_chunks_its_meta_partition_names() -> None:
     schedule = generate("zb-v", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["embedding", "block0"], ["block1"], [], ["head"]]}
+    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], [], ["output"]]}
     with pytest.raises(RunError, match="chunk 2 has no layers"):
         plan_profiled_model(schedule, tiny_gpt())
-    schedule.meta["partition"]["chunks"] = [["embedding"], ["block0"], ["block1"], ["head"]]
+    schedule.meta["partition"]["chunks"] = [["tok_embeddings"], ["layers.0"], ["layers.1"], ["output"]]
     result = run(schedule, profile=tiny_gpt(), steps=1, warmup=0)
     assert result.ok and result.checked and result.partition == schedule.meta["partition"]["chunks"]
     assert result.details["stages_per_rank"] == [[0, 3], [1, 2]]
@@ -107,7 +107,7 @@ def test_a_v_schedule_runs_the_chunks_its_meta_partition_names() -> None:
 @pytest.mark.slow
 def test_a_run_that_hangs_times_out_and_leaves_no_process(factories: Path) -> None:
     pids = factories / "pids"
-    profile = factory_profile("run_factories:hangs", [["0:Linear", "1:Tanh"], ["2:Linear"]])
+    profile = factory_profile("run_factories:hangs", [["0", "1"], ["2"]])
     with pytest.raises(RunError, match=r"^running '1f1b' on torch did not finish within the timeout of 4 s"):
         run(generate("1f1b", 2, 4), profile=profile, timeout_s=4)
     assert multiprocessing.active_children() == []
@@ -119,9 +119,9 @@ def test_a_run_that_hangs_times_out_and_leaves_no_process(factories: Path) -> No
 
 def test_chunked_placements_cut_the_profile_layers_into_chunks() -> None:
     chunks, how = cut_chunks(generate("interleaved-1f1b", 2, 4, 2), tiny_gpt())
-    assert chunks == [["embedding"], ["block0"], ["block1"], ["head"]] and "linear-partition DP" in how
+    assert chunks == [["tok_embeddings"], ["layers.0"], ["layers.1"], ["output"]] and "linear-partition DP" in how
     plan = plan_profiled_model(generate("1f1b", 2, 4), tiny_gpt())
-    assert plan.chunks == (("embedding", "block0"), ("block1", "head")) and plan.check and plan.dtype == "fp32"
+    assert plan.chunks == (("tok_embeddings", "layers.0"), ("layers.1", "output")) and plan.check and plan.dtype == "fp32"
     assert predicted_profile(generate("1f1b", 2, 4), tiny_gpt(), plan)[1] == "the profile's stages"
 
 
@@ -132,16 +132,16 @@ def test_chunked_placements_cut_the_profile_layers_into_chunks() -> None:
     (lambda: generate("interleaved-1f1b", 2, 4, 4), tiny_gpt,
      "profile 'gpt-2l-h32-s8-b2-h100-estimated' partition has 4 layers but schedule 'interleaved-1f1b' has 8 chunks: "
      "every chunk needs at least one layer; run a schedule with at most 4 chunks, or profile a model with more layers"),
-    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("no_such_module_zb:build", [["0:Linear"], ["1:Linear"]]),
+    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("no_such_module_zb:build", [["0"], ["1"]]),
      "profile 'factory' details.model: model factory no_such_module_zb:build: cannot import 'no_such_module_zb' "
      "(ModuleNotFoundError: No module named 'no_such_module_zb'); run from the folder that holds its module, or put "
      "that folder on PYTHONPATH"),
-    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("run_factories:broken", [["0:Linear"], ["1:Linear"]]),
+    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("run_factories:broken", [["0"], ["1"]]),
      "profile 'factory' details.model: model factory run_factories:broken: the factory raised ValueError: no weights "
      "here; fix the factory so that it builds the model"),
-    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("run_factories:good", [["0:Linear"], ["2:Linear"]]),
-     "profile 'factory' details.partition: the chunks list 2 layers but model run_factories:good has 3 (0:Linear ... "
-     "2:Linear): list every layer once, in model order"),
+    (lambda: generate("1f1b", 2, 4), lambda: factory_profile("run_factories:good", [["0"], ["2"]]),
+     "profile 'factory' details.partition: the chunks list 2 layers but model run_factories:good has 3 (0 ... "
+     "2): list every layer once, in model order"),
 ], ids=["stages-vs-ranks", "fewer-layers-than-chunks", "factory-import", "factory-raises", "layer-missing"])
 def test_a_profile_that_cannot_be_run_is_refused_before_any_process_starts(factories, schedule, profile,
                                                                           message) -> None:
@@ -165,7 +165,7 @@ def test_a_profile_that_cannot_be_run_is_refused_before_any_process_starts(facto
     ("interleaved-1f1b", tiny_gpt, [],
      "profile '{dir}/p.json' partition has 4 layers but schedule 'interleaved-1f1b' has 8 chunks: every chunk needs "
      "at least one layer; run a schedule with at most 4 chunks, or profile a model with more layers"),
-    ("1f1b", lambda: factory_profile("no_such_module_zb:build", [["0:Linear"], ["1:Linear"]]), [],
+    ("1f1b", lambda: factory_profile("no_such_module_zb:build", [["0"], ["1"]]), [],
      "profile '{dir}/p.json' details.model: model factory no_such_module_zb:build: cannot import 'no_such_module_zb' "
      "(ModuleNotFoundError: No module named 'no_such_module_zb'); run from the folder that holds its module, or put "
      "that folder on PYTHONPATH"),

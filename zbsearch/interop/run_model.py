@@ -24,7 +24,9 @@ from typing import Any, Sequence
 
 from ..core.errors import RunError, ZbsearchError
 from ..core.ir import Schedule
-from ..core.profile import Profile, StageCost
+from ..core.layers import Layer
+from ..core.partition import summed
+from ..core.profile import Profile
 from ..profiling.partition import linear_partition
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -107,16 +109,9 @@ def _profile_stages(profile: Profile) -> list[list[str]]:
     return [[str(n) for n in s] for s in stages]
 
 
-def _layer_costs(profile: Profile) -> dict[str, dict[str, Any]]:
-    layers = profile.details.get("layers")
-    if not isinstance(layers, list):
-        return {}
-    return {str(d["name"]): d for d in layers if isinstance(d, dict) and "name" in d}
-
-
-def _cost(layer: dict[str, Any] | None, key: str) -> float:
-    value = (layer or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+def _layers(profile: Profile) -> dict[str, Layer]:
+    """The profile's per-layer costs by name (none for a profile without layers)."""
+    return {layer.name: layer for layer in profile.layers or ()}
 
 
 def _meta_chunks(schedule: Schedule) -> list[list[str]] | None:
@@ -152,8 +147,8 @@ def cut_chunks(schedule: Schedule, profile: Profile) -> tuple[list[list[str]], s
         raise RunError(f"profile {profile.label} partition has {len(names)} layers but schedule {schedule.name!r} has "
                        f"{n} chunks: every chunk needs at least one layer; run a schedule with at most "
                        f"{len(names)} chunks, or profile a model with more layers")
-    costs = _layer_costs(profile)
-    weights = [sum(_cost(costs.get(x), k) for k in ("F", "B", "W")) or 1.0 for x in names]
+    costs = _layers(profile)
+    weights = [costs[x].work if x in costs else 1.0 for x in names]
     counts = linear_partition(weights, n)
     starts = [sum(counts[:c]) for c in range(n)]
     return ([names[s:s + k] for s, k in zip(starts, counts)],
@@ -199,7 +194,7 @@ def plan_profiled_model(schedule: Schedule, profile: Profile, check: bool | None
         raise RunError(f"profile {profile.label} dtype {dtype!r} is not one the run supports: use one of "
                        f"{', '.join(DTYPES)}")
     if check is None:
-        params = sum(int(_cost(d, "params")) for d in _layer_costs(profile).values())
+        params = sum(layer.params or 0 for layer in profile.layers or ())
         check = params <= CHECK_MAX_PARAMETERS
     return ModelPlan(kind, spec, tuple(tuple(c) for c in chunks), dtype, check, cut, label, tuple(sys.path))
 
@@ -215,15 +210,12 @@ def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | No
     if plan is None or (schedule.placement.num_chunks == schedule.num_ranks
                         and [list(c) for c in plan.chunks] == stages):
         return profile, "the profile's stages"
-    costs = _layer_costs(profile)
+    costs = _layers(profile)
     if not all(x in costs for chunk in plan.chunks for x in chunk):
         return profile, "each rank's profiled stage split evenly over its chunks"
-    out = []
-    for c, chunk in enumerate(plan.chunks):
-        F, B, W, full = (sum(_cost(costs[x], k) for x in chunk) for k in ("F", "B", "W", "full_backward"))
-        if c == 0 and profile.details.get("torch_stage0"):
-            B, W = 0.0, full or B + W
-        out.append(StageCost(F, B, W, full_backward=full or None))
+    out = [summed([costs[x] for x in chunk]) for chunk in plan.chunks]
+    if profile.details.get("torch_stage0"):
+        out[0] = replace(out[0], B=0.0, W=out[0].BW)
     return replace(profile, chunks=tuple(out)), "sums of the profile's per-layer costs over each chunk's layers"
 
 
