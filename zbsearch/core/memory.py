@@ -2,8 +2,9 @@
 
 `2p`, `1p`, `1.5p`: that many times p times the rank's own per-microbatch stage activation memory
 (mem_B), the Zero Bubble paper's ZB-1p / ZB-2p convention. `48GiB`, `40GB`, `1e9`: an absolute size in
-bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity minus the stage's static
-bytes. `none`: no limit. Limits count activations only, the way the paper's limits do.
+bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity minus the static bytes the
+rank holds (twice its stage's on DualPipe's placement, which keeps two parameter copies). `none`: no
+limit. Limits count activations only, the way the paper's limits do.
 
 A limit remembers the unit it was written in, so that a limit too small for one microbatch is answered
 with the minimum in that unit (`4.06 GiB`, `0.25p`), rounded up so that the answer itself fits.
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InfeasibleError, MemoryLimitError
-from .ir import Placement
+from .ir import Placement, linear
 from .profile import Profile
 
 _UNITS = {
@@ -59,8 +60,12 @@ def no_limit(profile: Profile) -> MemoryLimit:
     return MemoryLimit("none", (math.inf,) * profile.num_stages)
 
 
-def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
-    """Parse a limit string against a profile; raise MemoryLimitError saying what to write instead."""
+def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | None = None) -> MemoryLimit:
+    """Parse a limit string against a profile; raise MemoryLimitError saying what to write instead.
+
+    `placement` matters to `auto` only: the static bytes it subtracts are those each rank holds under
+    it (Profile.static_bytes_per_rank), so DualPipe's placement subtracts both parameter copies.
+    Default: one stage per rank."""
     if text is None or text.strip().lower() in ("", "none", "inf", "unlimited"):
         return no_limit(profile)
     p = profile.num_stages
@@ -72,19 +77,7 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
             raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p")
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
-        missing = [r for r in range(p) if profile.stages[r].static_bytes is None]
-        if profile.device_capacity_bytes is None or missing or profile.memory_unit != "bytes":
-            raise MemoryLimitError(
-                f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
-                f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
-            )
-        per = tuple(profile.device_capacity_bytes - profile.stages[r].static_bytes for r in range(p))
-        if min(per) <= 0:
-            r = per.index(min(per))
-            raise MemoryLimitError(
-                f"memory limit auto leaves no room on rank {r}: its static bytes exceed the device capacity"
-            )
-        return MemoryLimit("auto", per, "GiB")
+        return _auto(profile, placement if placement is not None else linear(p))
     m = _SIZE_RE.match(s)
     if m:
         unit = (m.group(2) or "").lower()
@@ -101,6 +94,23 @@ def parse_mem_limit(text: str | None, profile: Profile) -> MemoryLimit:
         f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none"
     )
+
+
+def _auto(profile: Profile, placement: Placement) -> MemoryLimit:
+    """Device capacity minus the static bytes each rank holds under the placement."""
+    static = profile.static_bytes_per_rank(placement)
+    if profile.device_capacity_bytes is None or static is None or profile.memory_unit != "bytes":
+        raise MemoryLimitError(
+            f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
+            f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
+        )
+    per = tuple(profile.device_capacity_bytes - x for x in static)
+    if min(per) <= 0:
+        r = per.index(min(per))
+        copies = placement.param_copies
+        held = f"the {copies} parameter copies it holds on placement {placement.name!r}" if copies > 1 else "its static bytes"
+        raise MemoryLimitError(f"memory limit auto leaves no room on rank {r}: {held} exceed the device capacity")
+    return MemoryLimit("auto", per, "GiB")
 
 
 def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, ...]:
