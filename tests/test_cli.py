@@ -35,8 +35,8 @@ UNIFORM_NAME = "uniform F=1 B=2 W=1 comm=0.1 p=4"
 SUMMARY_KEYS = {
     "schedule", "placement", "ranks", "stages", "microbatches", "profile", "time_unit", "makespan", "span",
     "bubble_rate_makespan", "bubble_rate_span", "work_per_rank", "idle_per_rank", "span_per_rank",
-    "peak_memory_per_rank", "peak_memory_bytes_per_rank", "mem_limit", "valid", "imbalance",
-    "schedule_share_makespan", "schedule_share_span",
+    "peak_memory_per_rank", "peak_memory_bytes_per_rank", "param_copies", "static_bytes_per_rank", "mem_limit",
+    "valid", "imbalance", "schedule_share_makespan", "schedule_share_span",
 }
 GPIPE_1P_REASON = "; ".join(
     f"rank {r} holds 5 x its stage M_B at time {t} after {r}F4, over the limit 1p = 4 x M_B (peak 8): raise the "
@@ -108,7 +108,7 @@ def test_baseline_json_is_one_object_with_the_keys():
         "work_per_rank": [32.0] * 4, "idle_per_rank": [13.600000000000016] * 4,
         "span_per_rank": [45.600000000000016, 41.40000000000001, 37.20000000000001, 33.000000000000014],
         "peak_memory_per_rank": [4.0, 3.0, 2.0, 1.0], "peak_memory_bytes_per_rank": None,
-        "mem_limit": None, "valid": True,
+        "param_copies": 1, "static_bytes_per_rank": None, "mem_limit": None, "valid": True,
         # Equal stages: no imbalance, the whole bubble is the schedule's.
         "imbalance": 0.0, "schedule_share_makespan": 0.298245614035088, "schedule_share_span": 0.298245614035088,
     }
@@ -451,7 +451,7 @@ BAD_ARGS = [
     (["solve", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "1p", "--objective", "speed"],
      "--objective: objective 'speed' is not known: use one of makespan, span"),
     (["solve", "--uniform", "1,1,1", "-p", "4", "--mem-limit", "1p", "--placement", "zig"],
-     "--placement: placement 'zig' is not known: use one of linear, interleaved:V, v, auto"),
+     "--placement: placement 'zig' is not known: use one of linear, interleaved:V, v, dualpipe, auto"),
 ]
 
 

@@ -29,9 +29,9 @@ from zbsearch.sim.validate import validate
 
 runner = CliRunner()
 
-# Every handcrafted schedule torch's runtime can run (DualPipe's two model copies cannot), on a table of
-# (p, m) where each is defined.
-EXPORTABLE = [name for name in REGISTRY if name != "dualpipe"]
+# Every handcrafted schedule torch's runtime can run (not the two model copies of DualPipe's placement,
+# which DualPipe and Chimera use), on a table of (p, m) where each is defined.
+EXPORTABLE = [name for name in REGISTRY if REGISTRY[name].placement != "dualpipe"]
 SIZES = [(2, 4), (4, 8), (3, 6)]
 
 
@@ -216,6 +216,8 @@ def test_dualpipe_two_copies_are_refused_with_the_alternative(tmp_path: Path) ->
     with pytest.raises(ScheduleError, match="dualpipev"):
         export(generate("dualpipe", 4, 8), "torch-csv", tmp_path / "x.csv")
     assert not (tmp_path / "x.csv").exists()
+    with pytest.raises(ScheduleError, match="two model copies"):
+        export(generate("chimera", 4, 8), "torch-csv", tmp_path / "x.csv")
 
 
 @pytest.mark.parametrize("fmt", ["json", "chrome-trace"])

@@ -236,8 +236,8 @@ def test_bad_arguments() -> None:
         H.candidates(profile, 8, limit, "throughput")        # type: ignore[arg-type]
     with pytest.raises(PreconditionError, match="linear placement"):
         H.greedy(profile, 8, limit, placement=vshape(4), options=H.GreedyOptions("rounds"))
-    with pytest.raises(PreconditionError, match="single route; 'dualpipe' has 2"):
-        H.greedy(profile, 8, limit, placement=dualpipe(4), options=H.GreedyOptions("list"))
+    with pytest.raises(PreconditionError, match="linear placement, not 'dualpipe'"):
+        H.greedy(profile, 8, limit, placement=dualpipe(4), options=H.GreedyOptions("rounds"))
     with pytest.raises(PreconditionError, match="'linear' has 8 ranks but profile .* has 4 stages"):
         H.greedy(profile, 8, limit, placement=linear(8))
     with pytest.raises(ProfileError, match="microbatches m is 0"):

@@ -39,7 +39,7 @@ def test_parse_placement(text: str, expected) -> None:
                       "e.g. interleaved:2"),
     ("interleaved:x", "placement 'interleaved:x' needs V >= 1 chunks per rank: write interleaved:V, "
                       "e.g. interleaved:2"),
-    ("zigzag", "placement 'zigzag' is not known: use one of linear, interleaved:V, v, auto"),
+    ("zigzag", "placement 'zigzag' is not known: use one of linear, interleaved:V, v, dualpipe, auto"),
 ])
 def test_parse_placement_refuses_with_the_fix(text: str, message: str) -> None:
     with pytest.raises(ZbsearchError) as err:

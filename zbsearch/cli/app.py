@@ -23,9 +23,10 @@ from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, progress_bar, stdout_console
 from .options import (
-    ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt, PartitionOpt, MicrobatchesOpt, ObjectiveOpt, OutputOpt, PlacementOpt, ProfileOpt,
-    SeedOpt, StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming,
-    naming_subjects, parse_limit, problem_for_schedule,
+    AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt,
+    ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt, TimeLimitOpt,
+    UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming, naming_subjects, parse_limit,
+    problem_for_schedule,
 )
 from ..core.ir import Schedule
 from ..search.problem import make_problems
@@ -113,9 +114,9 @@ def baseline(
     reason); -o is written only for a valid schedule.
     """
     problem = load_problem(profile, uniform, p, m, uniform_memory)
-    limit = parse_limit(mem_limit, problem)
     with naming_subjects({"--chunks": "chunk count"}):
         schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
+    limit = parse_limit(mem_limit, problem, placement=schedule.placement)
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)
@@ -180,7 +181,7 @@ def validate(
     if mem_limit is not None and profile is None and uniform is None:
         raise ScheduleError("--mem-limit needs costs: add --profile PROFILE.json or --uniform F,B,W")
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    limit = parse_limit(mem_limit, problem) if problem is not None else None
+    limit = parse_limit(mem_limit, problem, placement=schedule.placement) if problem is not None else None
     report = check(schedule, problem, limit)
     report.raise_if_invalid(schedule.name)
     what = (f"{schedule.name!r} is valid: {schedule.num_ranks} ranks, {schedule.num_microbatches} microbatches, "
@@ -205,6 +206,7 @@ def solve(
     mem_limit: MemLimitOpt = None,
     objective: ObjectiveOpt = "makespan",
     placement: PlacementOpt = None,
+    allow_param_copies: AllowParamCopiesOpt = False,
     partition: PartitionOpt = None,
     headroom: HeadroomOpt = 0.08,
     time_limit: TimeLimitOpt = 30.0,
@@ -218,7 +220,8 @@ def solve(
 
     The result never is worse than the best valid heuristic, has passed the validator with the exact
     times and limit before anything is written, and reports lower_bound, gap, status (optimal when the
-    bound is met) and the heuristic it started from.
+    bound is met) and the heuristic it started from. --placement auto tries dualpipe (two parameter
+    copies per rank, counted in the static memory reported) only with --allow-param-copies.
     """
     from ..search import solve as search
 
@@ -226,6 +229,7 @@ def solve(
 
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
+    auto = search.AUTO_PLACEMENTS + (search.PARAM_COPY_PLACEMENTS if allow_param_copies else ())
     implied = partition is None and split.has_layers(profile, uniform)
     if implied:
         partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
@@ -235,7 +239,7 @@ def solve(
         prof = load_problem(profile, uniform, p, m, uniform_memory)
         placement = placement or "linear"
         with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
-            problems = make_problems(prof, mem_limit, objective, placement, search.AUTO_PLACEMENTS, headroom)
+            problems = make_problems(prof, mem_limit, objective, placement, auto, headroom)
         _warn_even_chunks(prof, problems, json_out)
     out = stdout_console()
     with progress_bar("solve", enabled=not json_out) as progress, naming({"--mem-limit": mem_limit}, quoted=True):
@@ -243,7 +247,7 @@ def solve(
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 
         if partition is not None:
-            result = split.solve_split(prof, p, partition, placement, mem_limit, objective, headroom, time_limit,
+            result = split.solve_split(prof, p, partition, placement, auto, mem_limit, objective, headroom, time_limit,
                                        workers, seed, on_event)
         else:
             result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..core.errors import ProfileError, ZbsearchError
-from ..core.ir import Schedule
+from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
 from .params import Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory, parse_uniform_times
@@ -72,10 +72,16 @@ ObjectiveOpt = Annotated[str, typer.Option(
          "own first to last pass (no synchronizing step; the paper's ILP objective).",
 )]
 PlacementOpt = Annotated[Optional[str], typer.Option(
-    "--placement", metavar="linear|interleaved:V|v|auto", rich_help_panel=SEARCH_PANEL,
+    "--placement", metavar="linear|interleaved:V|v|dualpipe|auto", rich_help_panel=SEARCH_PANEL,
     help="Which chunks each rank holds: one stage per rank, V looped chunks per rank, V-shape (2 chunks "
-         "per rank), or auto: try linear and V-shape and keep the better. Default: auto on a profile that "
-         "lists its layers (or with --partition), linear otherwise.",
+         "per rank), dualpipe (two model copies fed from both ends, 2 chunks per rank, twice the static "
+         "memory; p even, m even and >= 2p), or auto: try linear and V-shape (and dualpipe with "
+         "--allow-param-copies) and keep the best. Default: auto on a profile that lists its layers (or "
+         "with --partition), linear otherwise.",
+)]
+AllowParamCopiesOpt = Annotated[bool, typer.Option(
+    "--allow-param-copies", rich_help_panel=SEARCH_PANEL,
+    help="Let --placement auto also try dualpipe, whose ranks each hold two parameter copies.",
 )]
 PartitionOpt = Annotated[Optional[str], typer.Option(
     "--partition", metavar="auto|even|balanced|fixed:N1,N2,...", rich_help_panel=SEARCH_PANEL,
@@ -242,13 +248,15 @@ def problem_for_schedule(
     raise ProfileError(f"-p {p} does not match schedule {where!r}, which has {ranks} ranks: drop -p or use -p {ranks}")
 
 
-def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit") -> MemoryLimit | None:
+def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit",
+                placement: Placement | None = None) -> MemoryLimit | None:
     """--mem-limit for this problem (None when not given); errors name `flag`, the option `text` came
-    from. A message about the profile names its file (`Profile.label`), not the `name` inside it."""
+    from. A message about the profile names its file (`Profile.label`), not the `name` inside it.
+    `placement`: the schedule's, for `auto` (DualPipe's holds two parameter copies)."""
     if text is None:
         return None
     with naming({flag: text}):
-        return parse_mem_limit(text, problem)
+        return parse_mem_limit(text, problem, placement)
 
 
 @contextmanager

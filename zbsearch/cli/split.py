@@ -11,7 +11,7 @@ from ..core.errors import PartitionError, ProfileError
 from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
 from ..search.partition_search import SplitRequest, search_splits
-from ..search.solve import AUTO_PLACEMENTS, Progress, SolveResult
+from ..search.solve import Progress, SolveResult
 from ..search.split_report import layer_range
 from .options import naming, naming_subjects
 
@@ -35,10 +35,11 @@ def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profi
     return prof.with_microbatches(m) if m is not None else prof
 
 
-def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, mem_limit: str, objective: str,
+def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
+                mem_limit: str, objective: str,
                 headroom: float, time_limit: float, workers: int, seed: int,
                 progress: "callable[[Progress], None] | None") -> SolveResult:
-    names = AUTO_PLACEMENTS if (placement or "auto").strip().lower() == "auto" else (placement,)
+    names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
     request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
     with naming_subjects({"--partition": "layers per chunk"}), naming(
             {"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True):

@@ -130,6 +130,12 @@ class Placement:
     def chunks_per_rank(self) -> int:
         return self.num_chunks // self.num_ranks
 
+    @property
+    def param_copies(self) -> int:
+        """Model replicas the placement keeps: one per route (DualPipe's placement has two, so every rank
+        holds a stage of each and its parameters twice)."""
+        return len(self.routes)
+
     def chunks_on(self, rank: int) -> tuple[int, ...]:
         return tuple(c for c, r in enumerate(self.chunk_to_rank) if r == rank)
 

@@ -3,10 +3,11 @@
 `2p`, `1p`, `1.5p`: that many times p times the rank's own per-microbatch stage activation memory
 (mem_B), the Zero Bubble paper's ZB-1p / ZB-2p convention. `48GiB`, `40GB`, `1e9`: an absolute size in
 bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity, less a headroom kept for
-allocator fragmentation and buffers (`DEFAULT_HEADROOM`), minus the stage's static bytes. `none`: no
-limit. Limits count activations only, the way the paper's limits do, except a size on a profile that is
-one split of its layers (`profile.partition`): there the split decides each rank's static bytes, so a
-size caps the rank's whole memory, static bytes plus activations (`includes_static`).
+allocator fragmentation and buffers (`DEFAULT_HEADROOM`), minus the static bytes the rank holds (twice
+its stage's on DualPipe's placement, which keeps two parameter copies). `none`: no limit. Limits count
+activations only, the way the paper's limits do, except a size on a profile that is one split of its
+layers (`profile.partition`): there the split decides each rank's static bytes, so a size caps the
+rank's whole memory, static bytes plus activations (`includes_static`).
 
 A limit remembers the unit it was written in, so that a limit too small for one microbatch is answered
 with the minimum in that unit (`4.06 GiB`, `0.25p`), rounded up so that the answer itself fits.
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InfeasibleError, MemoryLimitError
-from .ir import Placement
+from .ir import Placement, linear
 from .profile import Profile
 
 _UNITS = {
@@ -67,9 +68,13 @@ def no_limit(profile: Profile) -> MemoryLimit:
     return MemoryLimit("none", (math.inf,) * profile.num_stages)
 
 
-def parse_mem_limit(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> MemoryLimit:
+def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | None = None, *,
+                    headroom: float = DEFAULT_HEADROOM) -> MemoryLimit:
     """Parse a limit string against a profile; raise MemoryLimitError saying what to write instead.
-    `headroom` is the share of the device `auto` keeps free."""
+
+    `placement` matters to `auto` only: the static bytes it subtracts are those each rank holds under
+    it (Profile.static_bytes_per_rank), so DualPipe's placement subtracts both parameter copies.
+    Default: one stage per rank. `headroom` is the share of the device `auto` keeps free."""
     if text is None or text.strip().lower() in ("", "none", "inf", "unlimited"):
         return no_limit(profile)
     p = profile.num_stages
@@ -81,24 +86,7 @@ def parse_mem_limit(text: str | None, profile: Profile, headroom: float = DEFAUL
             raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p")
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
-        missing = [r for r in range(p) if profile.stages[r].static_bytes is None]
-        if profile.device_capacity_bytes is None or missing or profile.memory_unit != "bytes":
-            raise MemoryLimitError(
-                f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
-                f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
-            )
-        if not 0 <= headroom < 1:
-            raise MemoryLimitError(f"headroom {headroom} is not a share of the device: give 0 <= headroom < 1")
-        usable = profile.device_capacity_bytes * (1 - headroom)
-        per = tuple(usable - profile.stages[r].static_bytes for r in range(p))
-        if min(per) <= 0:
-            r = per.index(min(per))
-            raise MemoryLimitError(
-                f"memory limit auto leaves no room on rank {r}: its static bytes "
-                f"({_amount(profile.stages[r].static_bytes / 2**30, 'GiB', up=True)}) exceed the usable device "
-                f"memory ({_amount(usable / 2**30, 'GiB', up=False)} after a {headroom:.0%} headroom)"
-            )
-        return MemoryLimit("auto", per, "GiB", includes_static=profile.partition is not None)
+        return _auto(profile, placement if placement is not None else linear(p), headroom)
     m = _SIZE_RE.match(s)
     if m:
         unit = (m.group(2) or "").lower()
@@ -118,6 +106,29 @@ def parse_mem_limit(text: str | None, profile: Profile, headroom: float = DEFAUL
         f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none"
     )
+
+
+def _auto(profile: Profile, placement: Placement, headroom: float) -> MemoryLimit:
+    """Device capacity, less the headroom, minus the static bytes each rank holds under the placement."""
+    static = profile.static_bytes_per_rank(placement)
+    if profile.device_capacity_bytes is None or static is None or profile.memory_unit != "bytes":
+        raise MemoryLimitError(
+            f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
+            f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
+        )
+    if not 0 <= headroom < 1:
+        raise MemoryLimitError(f"headroom {headroom} is not a share of the device: give 0 <= headroom < 1")
+    usable = profile.device_capacity_bytes * (1 - headroom)
+    per = tuple(usable - x for x in static)
+    if min(per) <= 0:
+        r = per.index(min(per))
+        copies = placement.param_copies
+        held = f"the {copies} parameter copies it holds on placement {placement.name!r}" if copies > 1 else "its static bytes"
+        raise MemoryLimitError(
+            f"memory limit auto leaves no room on rank {r}: {held} ({_amount(static[r] / 2**30, 'GiB', up=True)}) "
+            f"exceed the usable device memory ({_amount(usable / 2**30, 'GiB', up=False)} after a {headroom:.0%} "
+            "headroom)")
+    return MemoryLimit("auto", per, "GiB", includes_static=profile.partition is not None)
 
 
 def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, ...]:
@@ -206,7 +217,7 @@ def byte_cap(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADR
     if t in ("", "none", "inf", "unlimited") or _P_RE.match(t):
         return None
     if t == "auto":
-        parse_mem_limit(text, profile, headroom)  # the same checks and messages as the limit itself
+        parse_mem_limit(text, profile, headroom=headroom)  # the same checks and messages as the limit itself
         assert profile.device_capacity_bytes is not None
         return profile.device_capacity_bytes * (1 - headroom)
     m = _SIZE_RE.match(t)

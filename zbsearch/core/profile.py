@@ -1,17 +1,20 @@
 """Profiles: the measured (or published, or estimated) cost of each pipeline stage.
 
 A profile describes one pipeline of `num_stages` stages (one per rank in a linear placement):
-per-stage times of F (forward), B (backward for inputs), W (backward for weights) and optionally the
-fused full backward; the communication time between adjacent stages; the activation memory a
-microbatch holds on each stage from its F until its B (`mem_B`) and from its B until its W (`mem_W`);
+per-stage times of F (forward), B (backward for inputs), W (backward for weights) and optionally of the
+fused full backward and of an overlapped F&B pair (DualPipe's); the communication time between adjacent
+stages; the activation memory a microbatch holds on each stage from its F until its B (`mem_B`) and
+from its B until its W (`mem_W`);
 optional static bytes (parameters, optimizer state) and device capacity; and where the numbers come
 from. Times are in `time_unit` (any unit, used consistently). Memory is in bytes when `memory_unit` is
 "bytes", or in arbitrary relative units (only the ratios matter) when it is "relative".
 
 Chunked placements split a rank's stage evenly over the chunks it holds unless the profile lists
-per-chunk costs in `chunks` (one entry per global chunk index). A profile may also list its `layers`
-(see layers.py): then the split of layers into stages and chunks can be chosen (core/partition.py
-builds the stage-level profile of one split, and remembers the split in `partition`).
+per-chunk costs in `chunks` (one entry per global chunk index). Stage r is rank r's work: on DualPipe's
+placement each of its two chunks (one per model copy) costs a whole stage r, parameters included.
+A profile may also list its `layers` (see layers.py): then the split of layers into stages and chunks
+can be chosen (core/partition.py builds the stage-level profile of one split, and remembers the split
+in `partition`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from .errors import ProfileError
 from .fileio import read_json, write_atomic
 from .ir import Placement
 from .layers import Layer, parse_layers
-from .profile_validation import PROFILE_SCHEMA_PATH, check_memory_order, check_profile_data, profile_schema
+from .profile_validation import (
+    PROFILE_SCHEMA_PATH, check_memory_order, check_overlap, check_profile_data, profile_schema,
+)
 
 __all__ = [
     "MAX_MICROBATCHES", "MAX_STAGES", "PROFILE_SCHEMA_PATH", "Profile", "StageCost", "check_microbatches",
@@ -47,17 +52,25 @@ class StageCost:
     mem_W: float = 0.5
     full_backward: float | None = None
     static_bytes: float | None = None
+    overlap_f_b: float | None = None   # an overlapped F&B pair: a forward and a full backward together
 
     @property
     def BW(self) -> float:
         """Time of the fused backward: the profile's own figure, else B + W."""
         return self.full_backward if self.full_backward is not None else self.B + self.W
 
+    @property
+    def overlap_ratio(self) -> float:
+        """What a pass costs inside an overlapped F&B pair, as a share of its own time: the profile's
+        pair time over F + full backward; 1 (no saving) when the profile does not give it."""
+        return 1.0 if self.overlap_f_b is None else self.overlap_f_b / (self.F + self.BW)
+
     def scaled(self, share: float) -> "StageCost":
         return StageCost(
             self.F * share, self.B * share, self.W * share, self.mem_B * share, self.mem_W * share,
             None if self.full_backward is None else self.full_backward * share,
             None if self.static_bytes is None else self.static_bytes * share,
+            None if self.overlap_f_b is None else self.overlap_f_b * share,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +105,11 @@ class Profile:
         return len(self.stages)
 
     @property
+    def gives_overlap(self) -> bool:
+        """Whether the profile gives an F&B pair time anywhere (then pairing passes can save time)."""
+        return any(s.overlap_f_b is not None for s in self.stages + (self.chunks or ()))
+
+    @property
     def label(self) -> str:
         """How messages name this profile: its file's path when read from one, else its name."""
         return repr(self.path if self.path is not None else self.name)
@@ -116,6 +134,18 @@ class Profile:
         if abs(a - b) == 1:
             return self.comm[min(a, b)]
         return max(self.comm)
+
+    def static_bytes_per_rank(self, placement: Placement) -> tuple[float, ...] | None:
+        """Static bytes (parameters, gradients, optimizer state) each rank holds under a placement: the sum
+        over its chunks, so a placement with two model copies (DualPipe's) counts both. None when some
+        chunk's static bytes are not given."""
+        per = [0.0] * placement.num_ranks
+        for c in range(placement.num_chunks):
+            static = self.chunk_cost(placement, c).static_bytes
+            if static is None:
+                return None
+            per[placement.chunk_to_rank[c]] += static
+        return tuple(per)
 
     def stage_mem_B(self, rank: int) -> float:
         """One whole stage's activation memory per microbatch on this rank (the unit of `Np` limits)."""
@@ -181,8 +211,11 @@ def _stage(origin: str, field: str, raw: dict[str, Any]) -> StageCost:
     mem_B = float(raw.get("mem_B", 1.0))
     mem_W = float(raw.get("mem_W", mem_B / 2))
     check_memory_order(origin, field, mem_B, mem_W)
-    return StageCost(float(raw["F"]), float(raw["B"]), float(raw["W"]), mem_B, mem_W,
-                     _optional(raw.get("full_backward")), _optional(raw.get("static_bytes")))
+    cost = StageCost(float(raw["F"]), float(raw["B"]), float(raw["W"]), mem_B, mem_W,
+                     _optional(raw.get("full_backward")), _optional(raw.get("static_bytes")),
+                     _optional(raw.get("overlap_f_b")))
+    check_overlap(origin, field, cost.F, cost.BW, cost.overlap_f_b)
+    return cost
 
 
 def _parse_profile(data: Any, origin: str) -> Profile:

@@ -125,6 +125,13 @@ def check_memory_order(origin: str, field: str, mem_B: float, mem_W: float) -> N
                     "B frees mem_B - mem_W and W frees mem_W, so mem_W must be <= mem_B")
 
 
+def check_overlap(origin: str, field: str, F: float, full_backward: float, overlap: float | None) -> None:
+    """A fourth: an overlapped F&B pair takes at least its longer pass and at most the two in a row."""
+    if overlap is not None and not max(F, full_backward) * (1 - 1e-12) <= overlap <= (F + full_backward) * (1 + 1e-12):
+        raise fault(origin, f"{field}.overlap_f_b", f"({overlap}) is outside [{max(F, full_backward)}, {F + full_backward}]",
+                    "an overlapped pair takes at least max(F, full backward) and at most F + full backward")
+
+
 def _numbers(data: dict[str, Any]) -> Iterable[tuple[str, Any]]:
     for key in ("num_stages", "microbatches", "device_capacity_bytes"):
         yield key, data.get(key)

@@ -71,11 +71,13 @@ def torch_compatible(schedule: Schedule) -> None:
     """Raise ScheduleError unless torch's runtime can run this placement.
 
     torch numbers stages along one chain 0..N-1 (stage s feeds stage s+1); our placements with a single
-    route 0..N-1 (linear, interleaved, V-shape) map onto it one to one. DualPipe's two model copies do not.
+    route 0..N-1 (linear, interleaved, V-shape) map onto it one to one. The two model copies of DualPipe's
+    placement (DualPipe, Chimera) do not.
     """
     pl = schedule.placement
     if pl.routes != (tuple(range(pl.num_chunks)),):
-        hint = " (DualPipe's two model copies: use dualpipev, its V-shape form)" if pl.name == "dualpipe" else ""
+        hint = (" (two model copies, one per direction: torch runs one; dualpipev is DualPipe's V-shape form on one "
+                "copy)") if pl.name == "dualpipe" else ""
         raise ScheduleError(
             f"schedule {schedule.name!r} has placement {pl.name!r} with routes {[list(r) for r in pl.routes]}: "
             f"torch's pipelining runtime runs one chain of stages 0..{pl.num_chunks - 1}; export a linear, "

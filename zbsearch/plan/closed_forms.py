@@ -24,7 +24,7 @@ Conventions, used by the whole planner and printed by `zbsearch plan`:
   interleaved 1F1B. Reported next to the fraction, never used for targets.
 - P2P volume: activations and gradients sent between ranks per iteration, relative to 1F1B at the
   same m (every message carries one microbatch's hidden state, whatever the chunking).
-- parameter copies: model replicas a rank holds (2 for DualPipe's two directions, else 1).
+- parameter copies: model replicas a rank holds (2 for DualPipe's and Chimera's two directions, else 1).
 
 Every closed form states its assumptions. `closed_form` says whether they hold (`exact`); where they
 do not, or where the formula is only an approximation (V-Half, V-Min), `estimate` times the schedule
@@ -201,8 +201,9 @@ def peak_activation_memory(schedule: str, p: int, m: int, v: int = 1) -> tuple[f
 
     Exact for any times and any M_W <= M_B (the order on each rank fixes it): GPipe m; 1F1B, ZB-H1,
     ZB-V min(p, m); interleaved min(p + (p-1)/v, m) (m a multiple of p, rank 0); ZB-H2 min(2p-1, m);
-    DualPipe p + 1; DualPipeV p + 1/2 (m >= 2p). Measured, not closed: V-Half min(floor(p/2) + 1, m)
-    and V-Min min(floor(2(p+3)/3)/2, m), with M_W = M_B/2 and m >= 2p; a larger M_W raises them.
+    DualPipe p + 1; DualPipeV p + 1/2 (m >= 2p); Chimera p (m a multiple of p). Measured, not closed:
+    V-Half min(floor(p/2) + 1, m) and V-Min min(floor(2(p+3)/3)/2, m), with M_W = M_B/2 and m >= 2p; a
+    larger M_W raises them.
 
     >>> peak_activation_memory("zb-h2", 4, 16)
     (7.0, True)
@@ -214,7 +215,7 @@ def peak_activation_memory(schedule: str, p: int, m: int, v: int = 1) -> tuple[f
 def p2p_relative(schedule: str, p: int, v: int = 1) -> float:
     """Cross-rank messages per iteration relative to 1F1B's 2m(p-1) at the same m.
 
-    Linear placements and DualPipe (each microbatch crosses one copy of p stages): 1. Interleaved:
+    Linear placements, DualPipe and Chimera (each microbatch crosses one copy of p stages): 1. Interleaved:
     a microbatch crosses v p - 1 chunk boundaries, all between ranks: (vp-1)/(p-1). V-shapes (ZB-V,
     DualPipeV, V-Half, V-Min): 2p - 1 boundaries of which the turn at rank p-1 stays on the rank: 2.
     """
@@ -222,7 +223,7 @@ def p2p_relative(schedule: str, p: int, v: int = 1) -> float:
 
 
 def parameter_copies(schedule: str) -> int:
-    """Model replicas each rank holds: DualPipe keeps two (one per direction), every other schedule one."""
+    """Model replicas each rank holds: DualPipe and Chimera keep two (one per direction), the others one."""
     return spec(schedule).param_copies
 
 
@@ -276,6 +277,8 @@ def profile_for(times: PassTimes, p: int, m: int, mem_B: float = 1.0, mem_W: flo
     stage: dict[str, float] = {"F": times.F, "B": times.B, "W": times.W, "mem_B": mem_B, "mem_W": mem_W}
     if times.full_backward is not None:
         stage["full_backward"] = times.full_backward
+    if times.overlap_f_b is not None:
+        stage["overlap_f_b"] = times.overlap_f_b
     return Profile.from_dict({
         "name": f"uniform F={times.F:g} B={times.B:g} W={times.W:g} comm={times.comm:g} p={p}",
         "num_stages": p, "microbatches": m, "time_unit": "unit", "stages": [stage] * p, "comm": times.comm,

@@ -197,6 +197,11 @@ def fmt_bytes(x: float) -> str:
     return f"{x / 2**30:.3g} GiB"
 
 
+def _copies(summary: Summary) -> str:
+    """'; 2 parameter copies per rank' where a rank holds more than one model replica, else ''."""
+    return f"; {summary.param_copies} parameter copies per rank" if summary.param_copies > 1 else ""
+
+
 def headline(summary: Summary) -> str:
     """One line: schedule, sizes, makespan, span and both bubble rates, validity."""
     unit = summary.time_unit
@@ -207,7 +212,7 @@ def headline(summary: Summary) -> str:
         f"p={summary.ranks} stages={summary.stages} m={summary.microbatches}; "
         f"makespan {_num(summary.makespan)} {unit}, span {_num(summary.span)} {unit}; "
         f"bubble {_pct(summary.bubble_rate_makespan)} (makespan), "
-        f"{_pct(summary.bubble_rate_span)} (span);{limit} {status}"
+        f"{_pct(summary.bubble_rate_span)} (span){_copies(summary)};{limit} {status}"
     )
 
 
@@ -232,9 +237,12 @@ def summary_table(summary: Summary) -> Table:
     table.add_column(f"idle ({unit})", justify="right")
     table.add_column(f"span ({unit})", justify="right")
     table.add_column("peak mem (x M_B)", justify="right")
-    by_bytes = summary.peak_memory_bytes_per_rank
+    by_bytes, static = summary.peak_memory_bytes_per_rank, summary.static_bytes_per_rank
     if by_bytes is not None:
         table.add_column("peak mem (GiB)", justify="right")
+    if static is not None:
+        copies = f", {summary.param_copies} copies" if summary.param_copies > 1 else ""
+        table.add_column(f"static (GiB{copies})", justify="right")
     for r in range(summary.ranks):
         row = [
             str(r), _num(summary.work_per_rank[r]), _num(summary.idle_per_rank[r]),
@@ -242,8 +250,10 @@ def summary_table(summary: Summary) -> Table:
         ]
         if by_bytes is not None:
             row.append(f"{by_bytes[r] / 2**30:.3f}")
+        if static is not None:
+            row.append(f"{static[r] / 2**30:.3f}")
         table.add_row(*row)
-    table.caption = bubble_split(summary)
+    table.caption = bubble_split(summary) + _copies(summary)
     table.caption_justify = "left"
     return table
 

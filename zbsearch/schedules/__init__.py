@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from ..core.errors import PreconditionError
 from ..core.ir import Schedule
-from . import dualpipe, gpipe, interleaved, one_f_one_b, vshape, zbv, zero_bubble
+from . import chimera, dualpipe, gpipe, interleaved, one_f_one_b, vshape, zbv, zero_bubble
 from .spec import MicrobatchRule, PassTimes, ScheduleSpec
 
-_MODULES = (gpipe, one_f_one_b, interleaved, zero_bubble, zbv, dualpipe, vshape)
+_MODULES = (gpipe, one_f_one_b, interleaved, zero_bubble, zbv, dualpipe, chimera, vshape)
 
 REGISTRY: dict[str, ScheduleSpec] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 

@@ -123,6 +123,8 @@ def _failed(t: PassTimes) -> list[str]:
         failed.append("W > F")
     if t.full_backward is not None and not close(t.full_backward, t.B + t.W):
         failed.append("full_backward != B + W")
+    if t.overlap_f_b is not None and not close(t.overlap_f_b, t.F + t.BW):
+        failed.append("the profile gives an F&B overlap time (the formula gives pairs no credit)")
     return failed
 
 
@@ -140,14 +142,14 @@ def _dualpipev_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> B
                       _failed(t), 2 * p)
 
 
-def _even_ranks(p: int) -> str | None:
+def even_ranks(p: int) -> str | None:
     return None if p % 2 == 0 else "p even (half the ranks lead each direction)"
 
 
 DUALPIPE = ScheduleSpec(
     "dualpipe", "DeepSeek DualPipe: two directions, overlapped F&B pairs; p even", dualpipe, _dualpipe_bubble,
     peak_memory=lambda p, m, v: p + 1.0, placement="dualpipe", fixed_chunks=2, param_copies=2,
-    ranks_rule=_even_ranks,
+    ranks_rule=even_ranks,
     microbatch_rule=lambda p, v: MicrobatchRule(2 * p, 2, "m even and m >= 2p",
                                                 "m/2 microbatches per direction, at least p of them"),
 )

@@ -36,6 +36,7 @@ class PassTimes:
     W: float = 1.0
     comm: float = 0.0
     full_backward: float | None = None
+    overlap_f_b: float | None = None     # an overlapped F&B pair's time (DualPipe's pairs), when given
 
     @property
     def BW(self) -> float:
@@ -52,7 +53,7 @@ class PassTimes:
         if any(not close(c, profile.comm[0]) for c in profile.comm):
             return None
         comm = profile.comm[0] if profile.comm else 0.0
-        return cls(first.F, first.B, first.W, comm, first.full_backward)
+        return cls(first.F, first.B, first.W, comm, first.full_backward, first.overlap_f_b)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..core.ir import Action, Kind
@@ -265,6 +265,18 @@ def _fractional(room: float, items: list[tuple[float, float, int]]) -> float:
         total += take * worth
         room -= take * size
     return total
+
+
+def overlap_relaxation(problem: Problem, passes: Sequence[Pass] | None = None) -> tuple[Pass, ...]:
+    """The passes at their shortest when the profile gives an F&B pair time: each pass takes its own
+    time times its chunk's overlap ratio (what it costs inside a pair). A relaxation: in any schedule,
+    lay out each pair as its F then its backward (B, then W for a full one) at those times inside the
+    pair's interval; every pass ends no later than the pair, so inputs still arrive in time, memory is
+    allocated no earlier and freed no later. Bounds on these passes hold for schedules with pairs."""
+    pl = problem.placement
+    ratio = [problem.profile.chunk_cost(pl, c).overlap_ratio for c in range(pl.num_chunks)]
+    return tuple(replace(ps, duration=ps.duration * ratio[ps.action.chunk])
+                 for ps in (passes if passes is not None else problem.passes))
 
 
 def objective_bound(bounds: Sequence[RankBound], objective: str) -> float:

@@ -9,7 +9,8 @@ first start can lose up to one step). The solution's per-rank orders are then re
 durations by the simulator, which always yields an executable schedule.
 
 Constraint families, each in its own helper: intervals, data dependencies, one pass at a time per
-rank, symmetry breaking, activation memory (a reservoir per rank), analytic bounds, objective.
+rank, symmetry breaking, activation memory (a reservoir per rank), analytic bounds, each rank's first
+start (pinned at its head on one route, at its input's arrival on two), objective.
 """
 
 from __future__ import annotations
@@ -192,6 +193,28 @@ def add_rank_windows(
         v.rank_last.append(last)
 
 
+def add_first_start_at_arrival(model: cp_model.CpModel, grid: Problem, v: Variables, slack: int) -> None:
+    """With several routes, the pin of add_rank_windows does not hold (a rank may start with the route
+    whose input comes later); this says the same in general: some route's first forward on the rank
+    starts it, and no later than `slack` steps after its input arrives, as an as-soon-as-possible run
+    starts it the moment the input is there. On the grid floor(a + b) may exceed floor(a) + floor(b)
+    by one step, so `slack` is 1 unless every time sits on the grid (0)."""
+    m, pl = grid.num_microbatches, grid.placement
+    for r, first in enumerate(v.rank_first):
+        leaders = [ps for ps in grid.passes if ps.rank == r and ps.action.kind is Kind.F
+                   and (ps.action.microbatch == 0 or pl.route_index(ps.action.microbatch - 1, m)
+                        != pl.route_index(ps.action.microbatch, m))]
+        chosen = []
+        for ps in leaders:
+            b = model.new_bool_var(f"starts_rank{r}_{_name(ps.action)}")
+            # A forward has one input at most: the previous chunk's forward (none at the route's start).
+            arrival = v.end[ps.inputs[0][0]] + int(ps.inputs[0][1]) if ps.inputs else 0
+            model.add(v.start[ps.action] <= arrival + slack).only_enforce_if(b)
+            model.add(first == v.start[ps.action]).only_enforce_if(b)
+            chosen.append(b)
+        model.add_bool_or(chosen)
+
+
 def add_objective(model: cp_model.CpModel, grid: Problem, v: Variables, horizon: int, bounds: list[RankBound]) -> None:
     lower = int(math.ceil(objective_bound(bounds, grid.objective) - 1e-9))
     obj = model.new_int_var(min(lower, horizon), horizon, grid.objective)
@@ -247,6 +270,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 def build_model(
     grid: Problem, horizon: int, headroom: int = 0, first_start_cap: list[int] | None = None,
+    arrival_slack: int | None = None,
 ) -> tuple[cp_model.CpModel, Variables]:
     model = cp_model.CpModel()
     v = add_intervals(model, grid, horizon)
@@ -256,6 +280,8 @@ def build_model(
     add_memory(model, grid, v, headroom)
     bounds = rank_bounds(grid, grid.passes)
     add_rank_windows(model, grid, v, horizon, bounds, first_start_cap)
+    if arrival_slack is not None:
+        add_first_start_at_arrival(model, grid, v, arrival_slack)
     add_objective(model, grid, v, horizon, bounds)
     return model, v
 
@@ -263,11 +289,11 @@ def build_model(
 def solve_grid(
     grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
     seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
-    first_start_cap: list[int] | None = None,
+    first_start_cap: list[int] | None = None, arrival_slack: int | None = None,
 ) -> ModelResult:
     """Build and solve the grid model; return the best starts found and the proven bound."""
     t0 = time.monotonic()
-    model, v = build_model(grid, horizon, headroom, first_start_cap)
+    model, v = build_model(grid, horizon, headroom, first_start_cap, arrival_slack)
     if hint:
         add_hint(model, grid, v, hint)
     built = time.monotonic() - t0

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..core.ir import Kind
 from ..sim.rank_state import RankClock
 
 # Relative slack when comparing a memory level to a limit. Levels are rebuilt from integer pass counts
@@ -49,6 +48,13 @@ class GreedyOptions:
         r's warm-up forwards at k*(p-1-r) (k=1 is ZB-H1's warm-up, 2 is ZB-H2's), always within the
         memory limit. List engine: caps the microbatches in flight on rank r at k*(p-r) (None: memory
         only).
+    pairs: list engine: run a ready F and a ready B together as one overlapped F&B pair whenever both
+        are there. Offered only when the profile gives the pair's time (`overlap_f_b`); otherwise a
+        pair costs exactly its two passes and gains nothing.
+    by_route: list engine on a placement with several routes (DualPipe's): admit a microbatch's memory
+        at its route's start, on every rank of the route at once, which never deadlocks; off, rank by
+        rank as on one route, which packs tighter but can deadlock two opposite routes (the variant is
+        then dropped).
     """
 
     engine: Literal["rounds", "list"] = "rounds"
@@ -56,6 +62,8 @@ class GreedyOptions:
     b_first: bool = False
     w_fill: bool = True
     warmup: int | None = None
+    pairs: bool = False
+    by_route: bool = False
 
     @property
     def label(self) -> str:
@@ -66,6 +74,10 @@ class GreedyOptions:
         parts.append("w-fill" if self.w_fill else "w-fit")
         if self.warmup is not None:
             parts.append(f"warmup={self.warmup}")
+        if self.pairs:
+            parts.append("f&b-pairs")
+        if self.by_route:
+            parts.append("admit-by-route")
         return ",".join(parts)
 
 
@@ -74,13 +86,15 @@ class EngineResult:
     """An engine's per-rank orders and its own as-soon-as-possible timing of them (the same times
     zbsearch.sim.simulate computes), used to rank variants before paying for validation."""
 
-    order: list[list[tuple[int, Kind, int]]]    # per rank: (chunk, kind, microbatch)
+    # Per rank: (chunk, kind, microbatch), or (F's chunk, Kind.OVERLAP, F's microbatch, B's chunk, B's
+    # microbatch) for an overlapped pair.
+    order: list[list[tuple]]
     first_start: list[float]
     last_end: list[float]
     peak: list[float]       # highest activation level per rank, in the profile's memory unit
 
     @classmethod
-    def from_clocks(cls, order: list[list[tuple[int, Kind, int]]], clocks: list[RankClock],
+    def from_clocks(cls, order: list[list[tuple]], clocks: list[RankClock],
                     peak: list[float]) -> "EngineResult":
         starts = [0.0 if c.first_start is None else c.first_start for c in clocks]
         return cls(order, starts, [c.free for c in clocks], peak)

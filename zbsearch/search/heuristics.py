@@ -6,9 +6,11 @@ Two greedy engines, both driven by `GreedyOptions` (greedy_options.py):
 - "rounds" (greedy_rounds.py, linear placement only): the Zero Bubble paper's automatic scheduler
   (Qi et al., ICLR 2024, arXiv 2401.10241) with every stage's own costs. Its three switches are the
   paper's: a bubble before the first B or not, prioritising B over F or not, greedy W filling or not.
-- "list" (greedy_list.py, any single-route placement: linear, interleaved, V-shape): an event-driven
-  list scheduler that runs the best ready pass whenever a rank is free and admits a new microbatch on a
-  rank only while the memory limit leaves room for all of its forward chunks there.
+- "list" (greedy_list.py, any placement: linear, interleaved, V-shape and DualPipe's two routes): an
+  event-driven list scheduler that runs the best ready pass whenever a rank is free and admits a new
+  microbatch on a rank only while the memory limit leaves room for all of its forward chunks there.
+  Where the profile gives an F&B overlap time, its variants also run with `pairs` (a ready F and a
+  ready B as one overlapped pair).
 
 Both time and count memory with zbsearch.sim.rank_state, the simulator's own rule: F allocates mem_B at
 its start, B frees mem_B - mem_W and W frees mem_W at their ends; the limit is the `MemoryLimit` per
@@ -21,11 +23,11 @@ zbsearch.sim.validate, and `best` returns the best by the objective.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ..core.errors import InfeasibleError, PreconditionError, ScheduleError
-from ..core.ir import Action, Placement, Schedule, build, linear
+from ..core.ir import Action, B, F, Kind, Placement, Schedule, build, linear, overlap
 from ..core.memory import MemoryLimit, check_feasible, min_feasible_limit
 from ..core.profile import Profile, check_microbatches
 from ..sim.simulate import Timeline, simulate
@@ -41,9 +43,11 @@ Objective = Literal["makespan", "span"]
 OBJECTIVES = ("makespan", "span")
 
 
-def greedy_variants(placement: Placement | None = None, *, extra: bool = True) -> list[GreedyOptions]:
+def greedy_variants(placement: Placement | None = None, *, extra: bool = True, pairs: bool = False) -> list[GreedyOptions]:
     """The variants `candidates` tries for a placement: the paper's 8 switches of the rounds engine
-    (linear placement only), capped warm-ups when `extra`, and the list engine's variants."""
+    (linear placement only), capped warm-ups when `extra`, and the list engine's variants: on a
+    placement of several routes each also admitting by route, and each also with F&B pairs when
+    `pairs` (the profile gives a pair time)."""
     out: list[GreedyOptions] = []
     if placement is None or _is_linear(placement):
         for bubble, bfirst, fill in itertools.product((False, True), repeat=3):
@@ -59,6 +63,10 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True) -
         # many as memory allows: measured on random heterogeneous profiles, these four win most.
         for bfirst, fill, k in ((True, False, 1), (True, False, 2), (True, True, 1), (False, True, 1)):
             out.append(GreedyOptions("list", False, bfirst, fill, warmup=k))
+    if placement is not None and len(placement.routes) > 1:
+        out += [replace(o, by_route=True) for o in out]
+    if pairs:
+        out += [replace(o, pairs=True) for o in out if o.engine == "list"]
     return out
 
 
@@ -102,9 +110,16 @@ def _engine(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
 
 
 def _schedule(res: EngineResult, placement: Placement, m: int, limit: MemoryLimit, options: GreedyOptions) -> Schedule:
-    ranks = [[Action(c, k, i) for c, k, i in rank] for rank in res.order]
+    ranks = [[_action(entry) for entry in rank] for rank in res.order]
     return build(f"greedy({options.label})", placement, m, ranks, heuristic="greedy",
                  variant=asdict(options), mem_limit=limit.text)
+
+
+def _action(entry: tuple) -> Action:
+    """An engine's order entry as an action: (chunk, kind, microbatch), or an overlapped F&B pair."""
+    if entry[1] is Kind.OVERLAP:
+        return overlap(F(entry[0], entry[2]), B(entry[3], entry[4]))
+    return Action(*entry)
 
 
 def greedy(
@@ -218,7 +233,7 @@ def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handc
     for placement in (placements or [linear(p)]):
         if not _costs_apply(profile, placement):
             continue
-        for opt in greedy_variants(placement, extra=extra):
+        for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap):
             try:
                 res = _engine(profile, m, limit, placement, opt)
             except (InfeasibleError, PreconditionError):

@@ -75,7 +75,7 @@ class SplitSearch:
     def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
         req = self.request
         prof = partition_profile(req.profile, placement, counts)
-        limit = parse_mem_limit(req.mem_limit, prof, req.headroom)
+        limit = parse_mem_limit(req.mem_limit, prof, placement, headroom=req.headroom)
         return Problem(prof, placement, req.profile.microbatches, limit, req.objective)
 
     def score(self, placement: Placement, counts: Sequence[int], origin: str) -> Scored:

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..core.errors import ProfileError, ZbsearchError
-from ..core.ir import Action, Kind, Placement, Schedule, build, interleaved, linear, vshape
+from ..core.errors import PreconditionError, ProfileError, ZbsearchError
+from ..core.ir import Action, Kind, Placement, Schedule, build, dualpipe, interleaved, linear, vshape
 from ..core.memory import MemoryLimit, check_feasible
 from ..core.profile import Profile
 from ..sim.simulate import dependencies, memory_delta
@@ -34,12 +34,18 @@ class Pass:
 
 
 def parse_placement(text: str, p: int) -> Placement:
-    """`linear`, `interleaved:V` (V chunks per rank, looped) or `v` (V-shape, 2 chunks per rank)."""
+    """`linear`, `interleaved:V` (V chunks per rank, looped), `v` (V-shape, 2 chunks per rank) or
+    `dualpipe` (two model copies in opposite directions, 2 chunks per rank; p even)."""
     t = text.strip().lower()
     if t == "linear":
         return linear(p)
     if t in ("v", "v-shape", "vshape"):
         return vshape(p)
+    if t == "dualpipe":
+        need = placement_problem(t, p, None)
+        if need:
+            raise PreconditionError(f"placement 'dualpipe' needs {need}; got p={p}")
+        return dualpipe(p)
     if t.startswith("interleaved"):
         _, _, v = t.partition(":")
         try:
@@ -50,7 +56,22 @@ def parse_placement(text: str, p: int) -> Placement:
             raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, "
                                 "e.g. interleaved:2")
         return interleaved(p, chunks)
-    raise ZbsearchError(f"placement {text!r} is not known: use one of linear, interleaved:V, v, auto")
+    raise ZbsearchError(f"placement {text!r} is not known: use one of linear, interleaved:V, v, dualpipe, auto")
+
+
+def placement_problem(name: str, p: int, m: int | None) -> str | None:
+    """What the named placement needs that p ranks and m microbatches (None: not checked) lack, with the
+    reason, or None. Only `dualpipe` has needs: DualPipe's own (an even p, so half the ranks lead each
+    direction, and its microbatch rule), as its ScheduleSpec states them."""
+    if name.strip().lower() != "dualpipe":
+        return None
+    from ..schedules.dualpipe import DUALPIPE
+
+    need = DUALPIPE.ranks_rule(p)
+    if need or m is None:
+        return need
+    rule = DUALPIPE.microbatch_rule(p, 1)
+    return None if rule.accepts(m) else f"{rule.need} ({rule.why})"
 
 
 @dataclass(frozen=True)
@@ -107,14 +128,22 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: str = "make
     """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
     from ..core.memory import DEFAULT_HEADROOM, parse_mem_limit
 
-    return Problem(profile, parse_placement(placement, profile.num_stages), profile.microbatches,
-                   parse_mem_limit(mem_limit, profile, DEFAULT_HEADROOM if headroom is None else headroom), objective)
+    p, m = profile.num_stages, profile.microbatches
+    chosen = parse_placement(placement, p)
+    need = placement_problem(placement, p, m)
+    if need:
+        raise PreconditionError(f"placement {placement.strip()!r} needs {need}; got p={p}, m={m}")
+    limit = parse_mem_limit(mem_limit, profile, chosen, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
+    return Problem(profile, chosen, m, limit, objective)
 
 
 def make_problems(profile: Profile, mem_limit: str | None, objective: str, placement: str,
                   auto: tuple[str, ...] = ("linear", "v"), headroom: float | None = None) -> list[Problem]:
-    """One problem per placement to try: `auto` tries each of `auto`, anything else just itself."""
+    """One problem per placement to try: `auto` tries each of `auto` that applies to the profile's p and
+    m (see placement_problem), anything else just itself."""
     names = auto if placement.strip().lower() == "auto" else (placement,)
+    if names is auto:  # none applying: keep them all, so that the first says what it needs
+        names = [n for n in auto if placement_problem(n, profile.num_stages, profile.microbatches) is None] or auto
     return [make_problem(profile, mem_limit, objective, name, headroom) for name in names]
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .bounds import RankBound, objective_bound, rank_bounds
+from .bounds import RankBound, objective_bound, overlap_relaxation, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
 from ..core.errors import InfeasibleError, ZbsearchError
 from ..core.ir import Action, Kind, Schedule, build
@@ -148,8 +148,13 @@ def solve(
     start = best
     best_obj = heuristic_obj = objective_of(best_tl, problem.objective)
     real_bounds = rank_bounds(problem, problem.passes)
-    lb = objective_bound(real_bounds, problem.objective)
+    # Where the profile gives an F&B pair time, a pass in a pair takes less than its own time: the
+    # proven bound is then the passes' at their shortest, and CP-SAT's (its model has no pairs) is unused.
+    pairs = problem.profile.gives_overlap
+    lb = objective_bound(rank_bounds(problem, overlap_relaxation(problem)) if pairs else real_bounds, problem.objective)
     details: dict[str, Any] = {"cpsat_status": "not run"}
+    if pairs:
+        details["cpsat_bound"] = "not used: the profile gives an F&B overlap time and the CP-SAT model has no pairs"
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
 
@@ -168,9 +173,10 @@ def solve(
             break
         step = exact if exact is not None else choose_step(problem, res)
         outcome = _grid_round(problem, real_bounds, best, best_tl, step, t0, deadline, workers, seed, lb, best_obj,
-                              progress)
+                              progress, trust_bound=not pairs)
         rounds.append({"grid_step": step, "cpsat_status": outcome.status, "cpsat_seconds": round(outcome.wall, 2)})
-        lb = max(lb, outcome.bound)
+        if not pairs:
+            lb = max(lb, outcome.bound)
         if outcome.rejected:
             rounds[-1]["rejected"] = outcome.rejected
         if outcome.timeline is not None:
@@ -195,6 +201,8 @@ def solve(
 
 
 AUTO_PLACEMENTS = ("linear", "v")
+# Placements `auto` adds when the user allows a second parameter copy per rank.
+PARAM_COPY_PLACEMENTS = ("dualpipe",)
 
 
 def solve_placements(
@@ -244,22 +252,30 @@ class _GridOutcome:
 def _grid_round(
     problem: Problem, real_bounds: list[RankBound], best: Schedule, best_tl: Timeline, step: float, t0: float,
     time_limit: float, workers: int, seed: float, lb: float, best_obj: float,
-    progress: Callable[[Progress], None] | None,
+    progress: Callable[[Progress], None] | None, trust_bound: bool = True,
 ) -> _GridOutcome:
-    """One CP-SAT solve on the grid of this step, hinted with the incumbent; its orders re-timed and
-    validated with the exact times."""
+    """One CP-SAT solve on the grid of this step, hinted with the incumbent (its overlapped pairs and
+    full backwards split into passes); its orders re-timed and validated with the exact times.
+    `trust_bound`: whether the model's bound holds for the problem (not when passes may pair)."""
     grid = on_grid(problem, step)
-    hint = {slot.action: int(round(slot.start)) for slot in simulate(split_backward(best), grid.profile).iter_slots()}
-    caps = [int(math.floor(b.head / step + 1e-9)) for b in real_bounds]
+    split = split_backward(best)
+    hint = {slot.action: int(round(slot.start)) for slot in simulate(split, grid.profile).iter_slots()}
+    if any(a.kind is Kind.OVERLAP for rank in best.ranks for a in rank):
+        best_tl = simulate(split, problem.profile)   # the horizon must hold the hint, whose pairs are apart
+    # Each rank's first pass is pinned no later than its head (cpsat.add_rank_windows). That holds with
+    # one route only: with DualPipe's two, it starts when its input arrives (add_first_start_at_arrival).
+    single = len(problem.placement.routes) == 1
+    caps = [int(math.floor(b.head / step + 1e-9)) for b in real_bounds] if single else None
+    slack = None if single else (0 if grid_is_exact(problem, step) else 1)
 
     def on_solution(elapsed: float, obj: int, bound: int) -> None:
         if progress:
-            progress(Progress(time.monotonic() - t0, min(best_obj, obj * step),
-                              max(lb, _real_bound(problem, bound, step)), f"cp-sat {step:.3g}"))
+            shown = max(lb, _real_bound(problem, bound, step)) if trust_bound else lb
+            progress(Progress(time.monotonic() - t0, min(best_obj, obj * step), shown, f"cp-sat {step:.3g}"))
 
     result = solve_grid(grid, hint=hint, horizon=_horizon(problem, real_bounds, best_tl, step),
                         time_limit=time_limit - (time.monotonic() - t0), workers=workers, seed=int(seed),
-                        progress=on_solution, first_start_cap=caps)
+                        progress=on_solution, first_start_cap=caps, arrival_slack=slack)
     if result.status == "infeasible":
         # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
         # rounding cut it off: say so rather than hide it.
@@ -310,8 +326,13 @@ def _whole(times: set[float], step: float) -> bool:
 def _horizon(problem: Problem, real_bounds: list[RankBound], incumbent: Timeline, step: float) -> int:
     """Latest grid time the model needs. For makespan: the incumbent's. For span: an optimal order
     run as soon as possible starts each rank at its head (its first pass is microbatch 0's forward)
-    and ends within the incumbent's span after it."""
+    and ends within the incumbent's span after it; with two routes, see below."""
     if problem.objective == "makespan":
         return int(math.ceil(incumbent.makespan / step)) + 1
     heads = max(b.head for b in real_bounds)
+    if len(problem.placement.routes) > 1:
+        # A rank need not start at its head; its first pass waits for another rank's pass, which ends
+        # within that rank's span of its own first start: a chain over at most p ranks.
+        hop = max(problem.profile.comm, default=0.0)
+        heads = (problem.num_ranks - 1) * (incumbent.span + hop)
     return int(math.ceil(max(heads + incumbent.span, incumbent.makespan) / step)) + 2

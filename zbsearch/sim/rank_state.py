@@ -13,6 +13,7 @@ sits exactly on its limit compares exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..core.ir import Kind
 from ..core.profile import StageCost
@@ -35,6 +36,16 @@ class RankClock:
             self.idle += start - self.free
         self.free = start + duration
         return start, self.free
+
+
+def overlap_time(passes: Iterable[tuple[StageCost, Kind]]) -> float:
+    """Time of an overlapped F&B pair: each pass's own time times its chunk's overlap ratio (the
+    profile's pair time over F + full backward), so the sum when the profile gives no pair time."""
+    total = 0.0
+    for cost, kind in passes:
+        own = {Kind.F: cost.F, Kind.B: cost.B, Kind.W: cost.W, Kind.FULL_B: cost.BW}[kind]
+        total += own * cost.overlap_ratio
+    return total
 
 
 def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:

@@ -6,7 +6,8 @@ chunk's forward of the same microbatch (plus the hop time when that chunk is on 
 backward needs the next chunk's backward (or, on the loss chunk, its own forward), and a W needs its
 own B. Same-rank hand-offs are free. The simulator leaves out what the profile does not give: compute
 and communication overlap perfectly, sends never block, and kernels launch instantly. An overlapped
-F&B pair takes the sum of its two passes (the profile does not say how much overlap would save).
+F&B pair takes the sum of its two passes unless the profile gives a pair time (`overlap_f_b`); then each
+pass in the pair takes its own time times overlap_f_b / (F + full backward) (rank_state.overlap_time).
 
 Memory follows the Zero Bubble paper: a forward allocates mem_B when it starts, B frees mem_B - mem_W
 and W frees mem_W when they end; a full backward frees mem_B. Both rules live in rank_state.py, which
@@ -21,7 +22,7 @@ from typing import Iterator, Sequence
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
 from ..core.profile import Profile, StageCost
-from .rank_state import RankClock, memory_delta
+from .rank_state import RankClock, memory_delta, overlap_time
 
 __all__ = ["Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
 
@@ -99,7 +100,7 @@ class Timeline:
 def pass_cost(costs: Sequence[StageCost], action: Action) -> float:
     """Duration of one action, given every chunk's cost (see chunk_costs)."""
     if action.kind is Kind.OVERLAP:
-        return sum(pass_cost(costs, a) for a in action.pair)
+        return overlap_time((costs[a.chunk], a.kind) for a in action.pair)
     c = costs[action.chunk]
     return {Kind.F: c.F, Kind.B: c.B, Kind.W: c.W, Kind.FULL_B: c.BW}[action.kind]
 

@@ -2,7 +2,8 @@
 
 Times are in the profile's time unit. Memory per rank is in units of that rank's whole-stage mem_B (a
 chunk of a 2-chunk schedule holding one microbatch counts 0.5); `peak_memory_bytes_per_rank` is set
-only when the profile's memory is in bytes.
+only when the profile's memory is in bytes. `static_bytes_per_rank` counts every parameter copy a rank
+holds (both on DualPipe's placement), when the profile gives static bytes.
 
 Where the bubble comes from. With T the objective's time (the makespan, or the span), p ranks and
 work_r the sum of rank r's pass times in one iteration:
@@ -48,6 +49,11 @@ class Summary:
     span_per_rank: list[float]
     peak_memory_per_rank: list[float]
     peak_memory_bytes_per_rank: list[float] | None
+    # Model replicas each rank holds (2 on DualPipe's placement), and the static bytes (parameters,
+    # gradients, optimizer state) that makes per rank, every copy counted; None unless the profile
+    # gives every stage's static_bytes.
+    param_copies: int
+    static_bytes_per_rank: list[float] | None
     mem_limit: str | None  # the limit as the user wrote it; None when none was checked
     valid: bool
     imbalance: float  # 1 - mean(work) / max(work): the bubble no schedule can remove (see the module)
@@ -111,6 +117,7 @@ def summarize(
     p = timeline.num_ranks
     work = [timeline.work(r) for r in range(p)]
     peak = [timeline.peak_memory(r) for r in range(p)]
+    static = profile.static_bytes_per_rank(schedule.placement)
     curve = None
     if memory_curve:
         curve = [[[t, level / profile.stage_mem_B(r)] for t, level, _ in timeline.memory[r]] for r in range(p)]
@@ -131,6 +138,8 @@ def summarize(
         span_per_rank=[timeline.span_of(r) for r in range(p)],
         peak_memory_per_rank=[peak[r] / profile.stage_mem_B(r) for r in range(p)],
         peak_memory_bytes_per_rank=peak if profile.memory_unit == "bytes" else None,
+        param_copies=schedule.placement.param_copies,
+        static_bytes_per_rank=None if static is None else list(static),
         mem_limit=None if limit is None else limit.text,
         valid=valid,
         imbalance=imbalance(work),
