@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +15,18 @@ from zbsearch.cli.app import app
 from zbsearch.core.errors import InfeasibleError, PartitionError
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.profile import Profile
-from zbsearch.search.partition_search import SplitRequest, _bound, search_splits
+from zbsearch.core.memory import DEFAULT_HEADROOM
+from zbsearch.search.partition_search import SplitRequest, SplitSearch, search_splits
+from zbsearch.search.split_bounds import any_split_bound
+from zbsearch.search.split_enumerate import bound_input, refined_bound
+
+
+def _bound(request: SplitRequest, placement, incumbent: float = math.inf, walk: bool = False) -> float:
+    data = bound_input(request.profile, placement, request.mem_limit, request.objective, DEFAULT_HEADROOM)
+    if not walk:
+        return any_split_bound(data)
+    leaf = SplitSearch(request, 1e18).leaf_bound(placement)
+    return refined_bound(data, incumbent, leaf, time.monotonic() + 60)[0]
 from zbsearch.search.problem import parse_placement
 from zbsearch.search.solve import solve
 from zbsearch.search.split_candidates import even_counts, memory_capped_counts, parse_rule
@@ -47,18 +60,20 @@ def all_splits(n: int, k: int):
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-@pytest.mark.parametrize("seed,placement,cap,objective", [
-    (0, "linear", None, "makespan"), (1, "linear", "16GiB", "makespan"), (2, "linear", "14GiB", "span"),
-    (3, "v", None, "makespan"), (4, "v", "20GiB", "makespan"), (5, "v", None, "span"),
+@pytest.mark.parametrize("seed,placement,cap,objective,n,p", [
+    (0, "linear", None, "makespan", 5, 2), (1, "linear", "16GiB", "makespan", 5, 2),
+    (2, "linear", "14GiB", "span", 5, 2), (3, "v", None, "makespan", 5, 2), (4, "v", "20GiB", "makespan", 5, 2),
+    (5, "v", None, "span", 5, 2), (6, "linear", "18GiB", "makespan", 7, 3), (7, "v", "24GiB", "makespan", 7, 3),
+    (8, "v", "2p", "span", 7, 3),
 ])
-def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap, objective):
+def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap, objective, n, p):
     """Brute force: solve every split of a small layer list to proven optimality; the bound over every
     split must not exceed the best of those optima."""
-    n, p, m = 5, 2, 3
+    m = 3
     prof = layered(random_layers(n, seed), m)
     pl = parse_placement(placement, p)
     request = SplitRequest(prof, p, (placement,), cap, objective, "auto")
-    search = __import__("zbsearch.search.partition_search", fromlist=["SplitSearch"]).SplitSearch(request, 1e18)
+    search = SplitSearch(request, 1e18)
     optima = []
     for counts in all_splits(n, len(pl.routes[0])):
         try:
@@ -69,6 +84,8 @@ def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap,
         optima.append(result.objective)
     assert optima, "the test needs at least one feasible split"
     assert _bound(request, pl) <= min(optima) * (1 + 1e-9)
+    # The walk, with no incumbent to stop it, visits every split: its bound is the least own bound.
+    assert _bound(request, pl) <= _bound(request, pl, walk=True) <= min(optima) * (1 + 1e-9)
 
 
 def test_the_bound_says_no_split_fits_when_none_does():

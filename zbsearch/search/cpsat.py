@@ -149,8 +149,11 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
             if ps.rank != r or a.kind is not Kind.F:
                 continue
             cost = grid.profile.chunk_cost(grid.placement, a.chunk)
-            total, keep = round(cost.mem_B * scale), round(cost.mem_W * scale)
-            for (until, demand), shortest in zip(((Kind.B, total - keep), (Kind.W, keep)), hold[a.chunk]):
+            # Demands round down and the limit up, so that the grid model stays a relaxation (its bound
+            # holds; rounding demands to nearest refused a microbatch that fills the limit exactly).
+            keep = math.floor(cost.mem_W * scale * (1 + 1e-12))
+            rest = math.floor((cost.mem_B - cost.mem_W) * scale * (1 + 1e-12))
+            for (until, demand), shortest in zip(((Kind.B, rest), (Kind.W, keep)), hold[a.chunk]):
                 if demand <= 0:
                     continue
                 freed_by = Action(a.chunk, until, a.microbatch)
@@ -158,7 +161,7 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
                 v.held.append((size, a, freed_by))
                 intervals.append(model.new_interval_var(v.start[a], size, v.end[freed_by], f"mem_{_name(a)}_until_{until.label}"))
                 demands.append(demand)
-        model.add_cumulative(intervals, demands, int(math.floor(cap * scale + 1e-6)) - headroom)
+        model.add_cumulative(intervals, demands, int(math.ceil(cap * scale * (1 - 1e-12))) - headroom)
 
 
 def add_rank_windows(

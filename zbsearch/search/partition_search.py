@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 from ..core.errors import InfeasibleError, PartitionError
 from ..core.ir import Placement
-from ..core.memory import DEFAULT_HEADROOM, P_UNIT, byte_cap, parse_mem_limit
+from ..core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
 from ..core.partition import check_counts, partition_profile, route_length, split_meta
 from ..core.profile import Profile
+from .bounds import objective_bound, rank_bounds
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
-from .split_bounds import SplitBoundInput, any_split_bound
+from .split_enumerate import bound_input, refined_bound
 from .split_candidates import (
     balanced_counts, even_counts, memory_capped_counts, neighbours, parse_rule, rank_balanced, rank_work,
 )
@@ -32,6 +33,8 @@ from .split_candidates import (
 SEARCH_SHARE = 0.45
 # How many of the best splits the solver polishes.
 POLISH = 2
+# Share of the time limit kept for tightening the bound over every split (split_enumerate.py).
+BOUND_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,20 @@ class SplitSearch:
     deadline: float
     scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
     refused: list[InfeasibleError] = field(default_factory=list)
+    proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
+
+    def leaf_bound(self, placement: Placement) -> Callable[[tuple[int, ...]], float]:
+        """A split's own bound: the analytic one (bounds.py), or what solving it proved; inf when no
+        schedule of it fits the limit."""
+        def bound(counts: tuple[int, ...]) -> float:
+            try:
+                problem = self.problem(placement, counts)
+                problem.check_feasible()
+            except InfeasibleError:
+                return math.inf
+            own = objective_bound(rank_bounds(problem, problem.passes), problem.objective)
+            return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
+        return bound
 
     def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
         req = self.request
@@ -138,19 +155,6 @@ def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
     return best
 
 
-def _bound(request: SplitRequest, placement: Placement) -> float:
-    prof = request.profile
-    limit_text = (request.mem_limit or "none").strip().lower()
-    multiple = None
-    if limit_text.endswith(P_UNIT) and limit_text not in ("none",):
-        multiple = float(limit_text[:-1] or 1)
-    comm = prof.comm if prof.link_bandwidth is None else tuple(
-        layer.out_bytes / prof.link_bandwidth for layer in (prof.layers or ())[:-1])
-    data = SplitBoundInput(tuple(prof.layers or ()), placement, prof.microbatches, request.objective,
-                           min(comm, default=0.0), byte_cap(request.mem_limit, prof, request.headroom), multiple)
-    return any_split_bound(data)
-
-
 def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
                 progress: Callable[[Progress], None] | None = None) -> SolveResult:
     """Solve one named split (even, balanced or fixed:...) on each placement; the best wins."""
@@ -169,7 +173,7 @@ def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int
             search.refused.append(exc)
     if not results:
         raise search.refused[0]
-    return _finish(request, results, search, t0, request.rule)
+    return _finish(request, results, search, t0, request.rule, None)
 
 
 def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
@@ -200,12 +204,13 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
     results = []
     chosen = ranked[:POLISH]
     for k, entry in enumerate(chosen):
-        share = (time_limit - (time.monotonic() - t0)) / (len(chosen) - k)
+        share = ((1 - BOUND_SHARE) * time_limit - (time.monotonic() - t0)) / (len(chosen) - k)
         assert entry.problem is not None
         results.append(solve(entry.problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
                              progress=progress))
         results[-1].details["split_origin"] = entry.origin
-    return _finish(request, results, search, t0, "auto")
+        search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
+    return _finish(request, results, search, t0, "auto", t0 + time_limit)
 
 
 def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
@@ -224,13 +229,29 @@ def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
     return PartitionError("no split of the layers fits the placements asked for")
 
 
+def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: float,
+                       deadline: float | None) -> tuple[float, dict[str, Any]]:
+    """The bound over every split on the request's placements, and how it was reached per placement:
+    the cheap DP alone (deadline None), or tightened split by split until the deadline."""
+    out, how = math.inf, {}
+    for name in request.placements:
+        placement = parse_placement(name, request.num_ranks)
+        data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom)
+        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
+        value, visited, complete = refined_bound(data, incumbent, search.leaf_bound(placement), end)
+        how[name] = {"bound": value, "splits_bounded": visited, "walk_complete": complete}
+        out = min(out, value)
+    return out, how
+
+
 def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
-            rule: str) -> SolveResult:
+            rule: str, deadline: float | None) -> SolveResult:
     """The best result, with the bound over every split and the split's description."""
     best = min(results, key=lambda r: (r.objective, _peak(r)))
-    any_split = min(_bound(request, parse_placement(name, request.num_ranks)) for name in request.placements)
+    any_split, how = any_split_bound_of(request, search, best.objective, deadline)
     best.details["own_split_bound"] = best.lower_bound
     best.details["any_split_bound"] = any_split
+    best.details["any_split_bound_by_placement"] = how
     if rule == "auto":
         # The best plan over every split on these placements is no better than this bound; the
         # polished splits' own bounds say nothing about the other splits.

@@ -133,12 +133,20 @@ def _v_rank(s: _Sums, data: SplitBoundInput, r: int, outer: tuple[int, int], inn
     """The bound of V rank r holding layers outer[0]..inner[0]-1 and inner[1]..outer[1]-1 (one range
     when inner is empty, on the last rank)."""
     m = data.microbatches
-    work = s("work", outer[0], inner[0]) + s("work", inner[1], outer[1])
-    if data.byte_cap is not None:
-        room = data.byte_cap - s("static_bytes", outer[0], inner[0]) - s("static_bytes", inner[1], outer[1])
-        if room < s("mem_B", outer[0], inner[0]) + s("mem_B", inner[1], outer[1]):
-            return math.inf  # not even one microbatch fits beside the static bytes
-    span = max(m * work, _memory_time(s, data, [(outer[0], inner[0]), (inner[1], outer[1])]))
+    ranges = [(outer[0], inner[0]), (inner[1], outer[1])]
+    work = s("work", *ranges[0]) + s("work", *ranges[1])
+    room = _room(s, data, ranges)
+    mems = [s("mem_B", i, j) for i, j in ranges]
+    if room < sum(mems):
+        return math.inf  # not even one microbatch fits beside the static bytes
+    # Before its first backward (its second chunk's, once microbatch 0 has gone down the whole route
+    # and its gradient back to that chunk) the rank runs forwards only, as many as its room holds.
+    forwards = [s("F", i, j) for i, j in ranges]
+    wait = s("F", outer[0], s.n) + s("B", outer[1], s.n) + 2 * (data.placement.num_ranks - 1 - r) * data.min_hop
+    fits = m * sum(forwards)
+    if not math.isinf(room):
+        fits = min(fits, room * max(f / mem if mem > 0 else math.inf for f, mem in zip(forwards, mems)))
+    span = max(m * work, wait + m * work - fits, _memory_time(s, data, ranges))
     head = s("F", 0, outer[0]) + r * data.min_hop
     return (head if data.objective == "makespan" else 0.0) + span
 

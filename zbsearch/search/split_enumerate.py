@@ -1,0 +1,150 @@
+"""Tighten the bound over every split by branch and bound: visit the splits whose cheap per-rank bound
+(split_bounds.py) is below the best plan found, and take for each the problem's own analytic bound
+(bounds.py), which sees memory windows the cheap one cannot.
+
+The result is min(incumbent, min over visited splits of their bound, min over the subtrees left
+unvisited of their cheap bound): every split is either visited, or pruned because its cheap bound
+(a valid bound for it) is no better than a split already counted, or left in a subtree whose cheap
+bound is counted. So it stays a lower bound on the best plan of any split, whatever the time budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..core.ir import Placement
+from ..core.memory import P_UNIT, byte_cap
+from ..core.profile import Profile
+from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_rank, any_split_bound
+
+LeafBound = Callable[[tuple[int, ...]], float]
+
+
+@dataclass
+class _Walk:
+    threshold: float  # the best value counted so far (starts at the incumbent)
+    deadline: float
+    leaves: int = 0
+    complete: bool = True
+
+    def out_of_time(self) -> bool:
+        if time.monotonic() >= self.deadline:
+            self.complete = False
+            return True
+        return False
+
+
+def _linear_suffix(s: _Sums, data: SplitBoundInput) -> list[list[float]]:
+    """suffix[r][i]: the least max cheap bound of ranks r.. over splits of layers i.. among them."""
+    p, n = data.placement.num_ranks, s.n
+    suffix = [[math.inf] * (n + 1) for _ in range(p + 1)]
+    suffix[p][n] = 0.0
+    for r in range(p - 1, -1, -1):
+        ends = [n] if r == p - 1 else range(r + 1, n - (p - 1 - r) + 1)
+        for i in range(r, n - (p - 1 - r)):
+            suffix[r][i] = min((max(_linear_rank(s, data, r, i, j), suffix[r + 1][j]) for j in ends if j > i),
+                               default=math.inf)
+    return suffix
+
+
+def linear_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
+    """(bound, splits visited, whether the walk finished) on the one-chunk-per-rank placement."""
+    s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
+    suffix = _linear_suffix(s, data)
+    walk = _Walk(incumbent, deadline)
+
+    def visit(r: int, i: int, partial: float, counts: tuple[int, ...]) -> float:
+        node = max(partial, suffix[r][i])
+        if node >= walk.threshold or walk.out_of_time():
+            return node
+        if r == p - 1:
+            walk.leaves += 1
+            value = max(partial, _linear_rank(s, data, r, i, n), leaf(counts + (n - i,)))
+            walk.threshold = min(walk.threshold, value)
+            return value
+        children = sorted((max(partial, _linear_rank(s, data, r, i, j)), j) for j in range(i + 1, n - (p - 2 - r)))
+        return min((visit(r + 1, j, cost, counts + (j - i,)) for cost, j in children), default=math.inf)
+
+    return min(incumbent, visit(0, 0, 0.0, ())), walk.leaves, walk.complete
+
+
+def _v_suffix(s: _Sums, data: SplitBoundInput) -> list[dict[tuple[int, int], float]]:
+    """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them."""
+    p, n = data.placement.num_ranks, s.n
+    g: list[dict[tuple[int, int], float]] = [dict() for _ in range(p)]
+    g[p - 1] = {(a, b): _v_rank(s, data, p - 1, (a, b), (b, b)) for a in range(n) for b in range(a + 2, n + 1)}
+    for r in range(p - 2, -1, -1):
+        need = 2 * (p - 1 - r)
+        for a in range(n):
+            for b in range(a + 2 + need, n + 1):
+                g[r][(a, b)] = min((max(_v_rank(s, data, r, (a, b), (a2, b2)), g[r + 1][(a2, b2)])
+                                    for a2 in range(a + 1, b) for b2 in range(a2 + need, b)), default=math.inf)
+    return g
+
+
+def _v_counts(outer: list[tuple[int, int]], cut: int, n: int) -> tuple[int, ...]:
+    """Layers per route position from each rank's outer range (a_r, b_r) and the apex cut."""
+    a = [x for x, _ in outer] + [cut]
+    b = [y for _, y in outer]
+    p = len(outer)
+    down = [a[k + 1] - a[k] for k in range(p)]
+    up = [b[p - 1] - cut] + [b[r - 1] - b[r] for r in range(p - 1, 0, -1)]
+    return tuple(down + up)
+
+
+def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
+    """(bound, splits visited, whether the walk finished) on the V-shape placement."""
+    s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
+    g = _v_suffix(s, data)
+    walk = _Walk(incumbent, deadline)
+
+    def visit(r: int, a: int, b: int, partial: float, outer: list[tuple[int, int]]) -> float:
+        node = max(partial, g[r].get((a, b), math.inf))
+        if node >= walk.threshold or walk.out_of_time():
+            return node
+        if r == p - 1:
+            best = math.inf
+            own = max(partial, _v_rank(s, data, r, (a, b), (b, b)))
+            for cut in range(a + 1, b):
+                walk.leaves += 1
+                value = max(own, leaf(_v_counts(outer + [(a, b)], cut, n)))
+                walk.threshold = min(walk.threshold, value)
+                best = min(best, value)
+            return best
+        need = 2 * (p - 2 - r)
+        children = sorted((max(partial, _v_rank(s, data, r, (a, b), (a2, b2))), a2, b2)
+                          for a2 in range(a + 1, b) for b2 in range(a2 + 2 + need, b))
+        return min((visit(r + 1, a2, b2, cost, outer + [(a, b)]) for cost, a2, b2 in children), default=math.inf)
+
+    return min(incumbent, visit(0, 0, n, 0.0, [])), walk.leaves, walk.complete
+
+
+def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, objective: str,
+                headroom: float) -> SplitBoundInput:
+    """What the bound over every split reads, from the strings a user typed."""
+    text = (mem_limit or "none").strip().lower()
+    multiple = float(text[:-1] or 1) if text.endswith(P_UNIT) else None
+    comm = profile.comm if profile.link_bandwidth is None else tuple(
+        layer.out_bytes / profile.link_bandwidth for layer in (profile.layers or ())[:-1])
+    return SplitBoundInput(tuple(profile.layers or ()), placement, profile.microbatches, objective,
+                           min(comm, default=0.0), byte_cap(mem_limit, profile, headroom), multiple)
+
+
+def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
+                  deadline: float | None) -> tuple[float, int, bool]:
+    """(bound, splits bounded one by one, whether every split was accounted for exactly): the cheap DP
+    bound, tightened by the walk until `deadline` when there is one and it is below the incumbent."""
+    cheap = min(incumbent, any_split_bound(data))
+    if deadline is None or cheap >= incumbent:
+        return cheap, 0, cheap >= incumbent
+    p = data.placement
+    if len(p.routes) == 1 and p.num_chunks == p.num_ranks:
+        value, visited, complete = linear_refined(data, incumbent, leaf, deadline)
+    elif p.name == "v":
+        value, visited, complete = v_refined(data, incumbent, leaf, deadline)
+    else:
+        return cheap, 0, False
+    return max(cheap, value), visited, complete
