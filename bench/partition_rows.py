@@ -56,6 +56,12 @@ def _counts(rule: str, prof: Profile, placement: Any) -> tuple[int, ...]:
     return even_counts(layers, k) if rule == "even" else balanced_counts(layers, k)
 
 
+def imbalance(tl: Any) -> float:
+    """1 - mean rank work / the busiest rank's: the bubble the split alone forces."""
+    work = [tl.work(r) for r in range(tl.num_ranks)]
+    return 1 - sum(work) / len(work) / max(work)
+
+
 def _peaks(tl: Any, prof: Profile) -> tuple[float, ...]:
     return tuple(tl.peak_memory(r) + (prof.stages[r].static_bytes or 0.0) for r in range(tl.num_ranks))
 
@@ -86,7 +92,8 @@ def handcrafted(prof: Profile, p: int, cap: str, rule: str) -> Plan:
                 closest = (max(peaks), name)
             continue
         if tl.makespan < best.time:
-            best = Plan(best.label, name, sched.placement.name, counts, tl.makespan, peaks, True)
+            best = Plan(best.label, name, sched.placement.name, counts, tl.makespan, peaks, True,
+                        extra={"imbalance": imbalance(tl)})
     if not best.fits and closest is not None:
         best.note = f"none fits; the leanest, {closest[1]}, needs {closest[0] / GiB:.1f} GiB"
     best.seconds = time.monotonic() - t0
@@ -106,6 +113,7 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
                 tuple(res.details["partition"]["layers_per_chunk"]), res.objective, _peaks(res.timeline, split),
                 all(r["fits"] for r in res.details["partition"]["ranks"]), time.monotonic() - t0)
     plan.extra = {"any_split_bound": res.details["any_split_bound"], "status": res.status,
+                  "imbalance": imbalance(res.timeline), "origin": res.details.get("split_origin", rule),
                   "own_split_bound": res.details["own_split_bound"], "splits_scored": res.details["splits_scored"]}
     return plan
 

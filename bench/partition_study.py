@@ -31,7 +31,7 @@ ROWS = (("llama3-8b", 4), ("llama3-8b", 8), ("gpt3-2.7b", 8), ("gemma2-2b", 4), 
         ("deepseek-v2-lite", 8))
 COMMAND = "python bench/partition_study.py"
 COLUMNS = ("model", "p", "m", "cap_gib", "column", "schedule", "placement", "layers_per_chunk", "iteration_ms",
-           "gap_to_any_split_bound", "peak_gib", "peak_gib_per_rank", "fits", "seconds", "note")
+           "gap_to_any_split_bound", "imbalance", "peak_gib", "peak_gib_per_rank", "fits", "seconds", "note")
 
 
 def study_profile(model: str, p: int) -> Any:
@@ -60,6 +60,7 @@ def record(model: str, p: int, m: int, cap_gib: float, plan: Plan) -> dict[str, 
             "layers_per_chunk": ",".join(map(str, plan.counts)),
             "iteration_ms": round(plan.time / 1e3, 2) if plan.fits else "",
             "gap_to_any_split_bound": round(gap, 4) if gap is not None else "",
+            "imbalance": round(plan.extra["imbalance"], 4) if "imbalance" in plan.extra else "",
             "peak_gib": round(plan.peak / GiB, 1) if plan.peak_per_rank else "",
             "peak_gib_per_rank": " ".join(f"{x / GiB:.1f}" for x in plan.peak_per_rank),
             "fits": "yes" if plan.fits else "no", "seconds": round(plan.seconds, 1), "note": plan.note}
@@ -73,17 +74,19 @@ def markdown(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "Estimated H100 profiles (FLOP counts over the datasheet peak at 40% MFU; not measured), m = 4p, "
         "one sequence per microbatch, bf16, Adam (16 bytes per parameter). Caps are whole-rank: static bytes "
         "plus peak activations. `gap` is (iteration - bound) / iteration against the lower bound that holds "
-        "for every split on the linear and V-shape placements.", "",
+        "for every split on the linear and V-shape placements; `imbalance` is 1 - mean rank work / the busiest "
+        "rank's, the bubble the split alone forces (whole layers set its floor).", "",
         "| model | p | cap GiB | column | schedule (placement) | layers per chunk | iteration ms | gap | "
-        "peak GiB | fits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "imbalance | peak GiB | fits |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         sched = f"{r['schedule']} ({r['placement']})" if r["schedule"] != "-" else r["note"] or "-"
         gap = f"{100 * r['gap_to_any_split_bound']:.2f}%" if r["gap_to_any_split_bound"] != "" else "-"
+        imb = f"{100 * r['imbalance']:.2f}%" if r["imbalance"] != "" else "-"
         lines.append(f"| {r['model']} | {r['p']} | {r['cap_gib']} | {r['column']} | {sched} | "
-                     f"{r['layers_per_chunk'] or '-'} | {r['iteration_ms'] or '-'} | {gap} | {r['peak_gib'] or '-'} | "
-                     f"{r['fits']} |")
+                     f"{r['layers_per_chunk'] or '-'} | {r['iteration_ms'] or '-'} | {gap} | {imb} | "
+                     f"{r['peak_gib'] or '-'} | {r['fits']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -145,7 +145,7 @@ def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
         for counts in moves:
             if time.monotonic() >= budget_end:
                 break
-            cand = search.score(best.placement, counts, f"moved from {best.origin}")
+            cand = search.score(best.placement, counts, start.origin + " + boundary moves")
             if cand.key < best.key and cand.objective < math.inf:
                 better = cand
                 break
