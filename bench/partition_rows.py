@@ -114,6 +114,7 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
                 all(r["fits"] for r in res.details["partition"]["ranks"]), time.monotonic() - t0)
     plan.extra = {"any_split_bound": res.details["any_split_bound"], "status": res.status,
                   "imbalance": imbalance(res.timeline), "origin": res.details.get("split_origin", rule),
+                  "by_placement": res.details.get("any_split_bound_by_placement", {}),
                   "own_split_bound": res.details["own_split_bound"], "splits_scored": res.details["splits_scored"]}
     return plan
 

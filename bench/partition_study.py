@@ -66,7 +66,7 @@ def record(model: str, p: int, m: int, cap_gib: float, plan: Plan) -> dict[str, 
             "fits": "yes" if plan.fits else "no", "seconds": round(plan.seconds, 1), "note": plan.note}
 
 
-def markdown(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def markdown(records: list[dict[str, Any]], args: argparse.Namespace, notes: list[str]) -> str:
     lines = [
         "# Partition study: choosing the layer split with the schedule", "",
         f"Regenerate: `{COMMAND}{'' if args.time_limit == 60 else f' --time-limit {args.time_limit:g}'}` "
@@ -87,7 +87,35 @@ def markdown(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(f"| {r['model']} | {r['p']} | {r['cap_gib']} | {r['column']} | {sched} | "
                      f"{r['layers_per_chunk'] or '-'} | {r['iteration_ms'] or '-'} | {gap} | {imb} | "
                      f"{r['peak_gib'] or '-'} | {r['fits']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + notes) + "\n"
+
+
+def findings(rows: list[tuple[str, int, float, list[Plan]]]) -> list[str]:
+    """What the rows show against the issue's targets, one line per row."""
+    out = ["", "## Findings, row by row", ""]
+    for model, p, cap_gib, plans in rows:
+        joint, others = plans[-1], [pl for pl in plans[:-1] if pl.fits]
+        best = min(others, key=lambda pl: pl.time, default=None)
+        line = f"- {model}, p={p}, {cap_gib:.1f} GiB: "
+        if not joint.fits:
+            out.append(line + f"joint search found no plan ({joint.note}).")
+            continue
+        if best is None:
+            line += "no other column fits; "
+        else:
+            margin = (best.time - joint.time) / best.time
+            line += f"joint {joint.time / 1e3:.1f} ms vs best other ({best.label}) {best.time / 1e3:.1f} ms: {margin:+.2%}; "
+        balanced = plans[1]
+        if not balanced.fits or balanced.placement == "-":
+            line += "the balanced split with handcrafted schedules does not fit; "
+        gap = (joint.time - joint.extra["bound"]) / joint.time
+        by = joint.extra.get("by_placement", {})
+        weakest = min(by, key=lambda k: by[k]["bound"]) if by else "-"
+        line += (f"gap {gap:.2%} to the bound over every split (set by the {weakest} placement's bound"
+                 f"{'' if not by or by[weakest]['walk_complete'] else ', whose split walk ran out of time'}); "
+                 f"imbalance of the plan's split {joint.extra['imbalance']:.2%}; {joint.seconds:.0f} s.")
+        out.append(line)
+    return out
 
 
 def figure(records: list[dict[str, Any]], stem: Path) -> None:
@@ -125,7 +153,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds of the joint search per row")
     args = ap.parse_args(argv)
     wanted = {s.strip() for s in args.only.split(",") if s.strip()}
-    records = []
+    records, rows = [], []
     for model, p in ROWS:
         if wanted and model not in wanted:
             continue
@@ -133,11 +161,12 @@ def main(argv: list[str]) -> None:
         auto_gib = byte_cap("auto", prof) / GiB
         for cap_gib in (auto_gib, min(auto_gib - 1, tight_cap(prof, p))):
             cap = "auto" if cap_gib == auto_gib else f"{cap_gib:g}GiB"
-            for plan in run_row(model, p, cap, args.time_limit):
-                records.append(record(model, p, prof.microbatches, cap_gib, plan))
+            plans = run_row(model, p, cap, args.time_limit)
+            rows.append((model, p, cap_gib, plans))
+            records += [record(model, p, prof.microbatches, cap_gib, plan) for plan in plans]
     RESULTS.mkdir(exist_ok=True)
     write_csv(RESULTS / "partition_study.csv", COMMAND, records, COLUMNS)
-    write_text(RESULTS / "partition_study.md", markdown(records, args))
+    write_text(RESULTS / "partition_study.md", markdown(records, args, findings(rows)))
     figure(records, RESULTS / "partition_study")
 
 
