@@ -161,6 +161,13 @@ def test_cli_partition_errors_are_one_line(tmp_path):
     assert result.exit_code == 0, result.output
     assert "any split: lower bound" in result.output and "split (auto): layers per chunk" in result.output
     assert "partition" in json.loads(out.read_text())["meta"]
+    # validate costs the schedule on the split it carries, so it finds the makespan solve reported.
+    solved = json.loads(runner.invoke(app, ["solve", "--profile", str(layered_file), "-p", "3", "--partition", "auto",
+                                            "--mem-limit", "40GiB", "--time-limit", "5", "--json", "-o",
+                                            str(out)]).output)
+    checked = runner.invoke(app, ["validate", str(out), "--profile", str(layered_file), "--mem-limit", "40GiB"])
+    assert checked.exit_code == 0, checked.output
+    assert f"makespan {solved['objective_value']:,.0f}" in checked.output and "within --mem-limit 40GiB" in checked.output
 
 
 @pytest.mark.parametrize("rule", ["auto", "even", "balanced"])

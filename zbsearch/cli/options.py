@@ -22,6 +22,7 @@ import typer
 from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
+from ..core.partition import counts_of, partition_profile
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
 from .params import Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory, parse_uniform_times
 
@@ -236,6 +237,12 @@ def problem_for_schedule(
         return None
     problem = load_problem(profile, uniform, p, None, uniform_memory,
                            default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
+    split = schedule.meta.get("partition")
+    if problem.layers is not None and isinstance(split, dict) and "chunks" in split:
+        # A schedule solved on a split of the layers is costed on that split, not on the profile's own.
+        with naming({"--profile": str(profile)}):
+            counts = counts_of(split["chunks"], problem.layers, schedule.placement)
+            return partition_profile(problem, schedule.placement, counts)
     ranks = schedule.num_ranks
     if problem.num_stages == ranks:
         return problem
