@@ -136,14 +136,16 @@ def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, 
 
 
 def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
-    """Boundary moves from `start`, the ones that unload the busiest rank first, while they improve."""
+    """Boundary moves from `start` while they improve: the moves whose own lower bound is smallest
+    first (ties: the one that unloads the busiest rank), and none whose bound cannot beat the best."""
     layers = search.request.profile.layers or ()
+    bound = search.leaf_bound(start.placement)
     best = start
     while time.monotonic() < budget_end:
-        moves = sorted(neighbours(best.counts), key=lambda c: max(rank_work(layers, c, best.placement)))
+        moves = sorted((bound(c), max(rank_work(layers, c, best.placement)), c) for c in neighbours(best.counts))
         better = None
-        for counts in moves:
-            if time.monotonic() >= budget_end:
+        for own, _, counts in moves:
+            if time.monotonic() >= budget_end or own >= best.objective:
                 break
             cand = search.score(best.placement, counts, start.origin + " + boundary moves")
             if cand.key < best.key and cand.objective < math.inf:
