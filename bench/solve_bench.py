@@ -1,6 +1,6 @@
 """Solver benchmark: every handcrafted schedule, the best heuristic, zbsearch and its proven bound.
 
-Regenerate with:  python bench/solve_bench.py            (all sections, about 45 minutes on 2 cores)
+Regenerate with:  python bench/solve_bench.py            (all sections, about 65 minutes on 2 cores)
                   python bench/solve_bench.py --only table5-span,small   (some sections)
 Writes results/solve_bench.md and results/solve_bench.json. Wall times are of this machine, same run.
 
