@@ -55,10 +55,11 @@ def _limit(profile: Profile, factor: float) -> MemoryLimit:
 
 
 def _variants(chunked: bool = True):
-    """Every linear variant; the list engine's four basic ones on the chunked placements."""
+    """Every linear variant; on the chunked placements the list engine's four basic ones and the
+    chunked family's (v-rounds on the V, chunked on both)."""
     yield from (("linear", opt) for opt in H.greedy_variants())
     for placement_name in ("interleaved", "v") if chunked else ():
-        yield from ((placement_name, opt) for opt in H.greedy_variants(vshape(2), extra=False))
+        yield from ((placement_name, opt) for opt in H.greedy_variants(_placement(placement_name, 2), extra=False))
 
 
 def _placement(name: str, p: int):

@@ -11,6 +11,9 @@ Two greedy engines, both driven by `GreedyOptions` (greedy_options.py):
   microbatch on a rank only while the memory limit leaves room for all of its forward chunks there.
   Where the profile gives an F&B overlap time, its variants also run with `pairs` (a ready F and a
   ready B as one overlapped pair).
+- on the chunked placements, "v-rounds" (greedy_vshape.py, V-shape: the Zero Bubble authors' adaptive
+  V scheduler with each chunk's own costs) and "chunked" (greedy_chunked.py, interleaved and V-shape:
+  1F1B-style alternation that waits for the pass it wants); `greedy_chunked.chunked_variants` lists them.
 
 Both time and count memory with zbsearch.sim.rank_state, the simulator's own rule: F allocates mem_B at
 its start, B frees mem_B - mem_W and W frees mem_W at their ends; the limit is the `MemoryLimit` per
@@ -32,6 +35,7 @@ from ..core.memory import MemoryLimit, check_feasible, min_feasible_limit
 from ..core.profile import Profile, check_microbatches
 from ..sim.simulate import Timeline, simulate
 from ..sim.validate import validate
+from .greedy_chunked import CHUNKED_ENGINES, chunked_variants, run_chunked
 from .greedy_list import ListEngine
 from .greedy_options import CannotFit, EngineResult, GreedyOptions
 from .greedy_rounds import RoundsEngine
@@ -43,12 +47,14 @@ Objective = Literal["makespan", "span"]
 OBJECTIVES = ("makespan", "span")
 
 
-def greedy_variants(placement: Placement | None = None, *, extra: bool = True, pairs: bool = False) -> list[GreedyOptions]:
+def greedy_variants(placement: Placement | None = None, *, extra: bool = True, pairs: bool = False,
+                    m: int | None = None) -> list[Any]:
     """The variants `candidates` tries for a placement: the paper's 8 switches of the rounds engine
     (linear placement only), capped warm-ups when `extra`, and the list engine's variants: on a
     placement of several routes each also admitting by route, and each also with F&B pairs when
-    `pairs` (the profile gives a pair time)."""
-    out: list[GreedyOptions] = []
+    `pairs` (the profile gives a pair time); on the single-route chunked placements, the v-rounds and
+    chunked engines' (`greedy_chunked.chunked_variants`, fewer when `m` makes the schedule large)."""
+    out: list[Any] = []
     if placement is None or _is_linear(placement):
         for bubble, bfirst, fill in itertools.product((False, True), repeat=3):
             out.append(GreedyOptions("rounds", bubble, bfirst, fill))
@@ -67,6 +73,8 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True, p
         out += [replace(o, by_route=True) for o in out]
     if pairs:
         out += [replace(o, pairs=True) for o in out if o.engine == "list"]
+    if placement is not None:
+        out += chunked_variants(placement, extra, m)
     return out
 
 
@@ -96,11 +104,13 @@ def _engine(profile: Profile, m: int, limit: MemoryLimit, placement: Placement,
     if options.engine == "rounds" and not _is_linear(placement):
         raise PreconditionError(
             f"the rounds greedy needs a linear placement, not {placement.name!r}: use engine='list'")
-    if options.engine not in ("rounds", "list"):
+    if options.engine not in ("rounds", "list", *CHUNKED_ENGINES):
         raise PreconditionError(f"greedy engine {options.engine!r} does not exist: use 'rounds' or 'list'")
     try:
         if options.engine == "rounds":
             return RoundsEngine(profile, m, limit, options).run()
+        if options.engine in CHUNKED_ENGINES:
+            return run_chunked(profile, m, limit, placement, options)
         return ListEngine(profile, m, limit, placement, options).run()
     except CannotFit:
         raise InfeasibleError(
@@ -233,7 +243,7 @@ def _collect(profile: Profile, m: int, limit: MemoryLimit, objective: str, handc
     for placement in (placements or [linear(p)]):
         if not _costs_apply(profile, placement):
             continue
-        for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap):
+        for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=m):
             try:
                 res = _engine(profile, m, limit, placement, opt)
             except (InfeasibleError, PreconditionError):
