@@ -3,10 +3,11 @@
 The method, per placement: score candidate splits (even, the chunk-time DP, the rank-balanced DP,
 memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
 (the best valid heuristic schedule on that split: its objective, ties to the lower peak memory);
-then move boundary layers one at a time from the best, trying first the moves that unload the busiest
-rank, while they improve the score and time allows; then polish the best splits with the full solver
-(CP-SAT) in the time left. The answer's lower bound is the bound over every split (split_bounds.py),
-so its gap says how far it is from the best plan of any partition.
+then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
+smallest and never one whose bound cannot beat the best, while they improve the score and time
+allows; then polish the best splits with the full solver (CP-SAT). The answer's lower bound is the
+bound over every split (split_bounds.py, tightened by split_enumerate.py in the time kept for it), so
+its gap says how far it is from the best plan of any partition.
 """
 
 from __future__ import annotations
