@@ -83,7 +83,7 @@ BAD: list[tuple[str, dict[str, Any], str, bool]] = [
     ("misspelt microbatches", mutate(setv("microbatchs", 32)), "unknown key 'microbatchs' (did you mean 'microbatches'?)",
      True),
     ("misspelt comm", mutate(setv("comms", 0.5)), "unknown key 'comms' (did you mean 'comm'?)", True),
-    ("unknown key far from any", mutate(setv("zzz", 1)), "unknown key 'zzz' (known keys: chunks, comm, details", True),
+    ("unknown key far from any", mutate(setv("zzz", 1)), "unknown key 'zzz' (known keys: action_overhead, chunks, comm, comm_table, details", True),
     ("mem_B zero", mutate(stage0(mem_B=0)), "stages[0].mem_B", True),
     ("mem_W > mem_B", mutate(stage0(mem_W=2.0)), "stages[0].mem_W", False),
     ("bytes profile without mem_W", mutate(drop("stages", 1, "mem_W"), good_bytes), "stages[1].mem_W", True),

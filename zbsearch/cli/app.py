@@ -313,6 +313,7 @@ from .compare import register; register(app)  # noqa: E402,E702
 from .plan import register; register(app)  # noqa: E402,E702
 from .interop import register; register(app)  # noqa: E402,E702
 from .run import register; register(app)  # noqa: E402,E702
+from .fidelity import register; register(app)  # noqa: E402,E702
 
 
 def main() -> None:

@@ -83,6 +83,15 @@ def count_list_parser(what: str, example: str, most: int | None = None) -> Calla
 parse_microbatch_list = count_list_parser("microbatch counts", "24 or 24,32,64", MAX_MICROBATCHES)
 
 
+def parse_memory_model(value: str) -> str:
+    """A --memory-model value, or a usage error naming the choices."""
+    from ..core.calibration import MEMORY_MODELS
+
+    if value not in MEMORY_MODELS:
+        raise typer.BadParameter(f"{value!r} is not a memory model: use one of {', '.join(MEMORY_MODELS)}")
+    return value
+
+
 def parse_str_list(text: str) -> StrList:
     """'1p, 2p' -> ('1p', '2p'); at least one item."""
     items = _items(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
@@ -28,7 +29,7 @@ from ..profiling.request import (
 )
 from .console import progress_bar, stdout_console
 from .options import JsonOpt
-from .params import IntList, count_list_parser
+from .params import IntList, count_list_parser, parse_memory_model
 
 MODEL_PANEL = "Model"
 MEASURE_PANEL = "Measurement"
@@ -129,6 +130,14 @@ WarmupOpt = Annotated[int, typer.Option(
 RepeatsOpt = Annotated[int, typer.Option(
     "--repeats", metavar="N", rich_help_panel=MEASURE_PANEL, min=1,
     help="Timed runs of every pass; the median is kept.")]
+ProfileMemoryModelOpt = Annotated[Optional[str], typer.Option(
+    "--memory-model", metavar="torch-runtime|paper", rich_help_panel=STAGES_PANEL, parser=parse_memory_model,
+    help="Memory accounting the solver plans with: torch-runtime (what torch's pipelining runtime holds, "
+         "measured; the default when measuring) or paper (the Zero Bubble paper's; the default for estimates).")]
+CalibrateOpt = Annotated[bool, typer.Option(
+    "--calibrate", rich_help_panel=MEASURE_PANEL,
+    help="Then measure torch's per-action overhead and message times with gloo between -p processes "
+         "(zbsearch calibrate) and add them to the profile.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", metavar="N", rich_help_panel=MEASURE_PANEL, min=1,
     help="CPU threads for torch while measuring (default: torch's). 1 is steadiest on a shared machine.")]
@@ -272,6 +281,8 @@ def profile(
     repeats: RepeatsOpt = DEFAULT_REPEATS,
     threads: ThreadsOpt = None,
     interleave: InterleaveOpt = True,
+    memory_model: ProfileMemoryModelOpt = None,
+    calibrate: CalibrateOpt = False,
     seed: SeedOpt = 0,
     estimate: EstimateOpt = False,
     gpu: GpuOpt = None,
@@ -306,7 +317,14 @@ def profile(
                                      interleave=interleave)
             with progress_bar("profiling") as bar:
                 result = profile_measured("gpt" if is_builtin(model) else model, split, setup, request,
-                                          shape=shape, attention=attention, seed=seed, name=name, progress=bar)
+                                          shape=shape, attention=attention, seed=seed, name=name, progress=bar,
+                                          memory_model=memory_model or "torch-runtime")
+        if estimate and memory_model is not None:
+            result = replace(result, memory_model=memory_model)
+        if calibrate:
+            from ..interop.calibrate import calibrate as calibrated
+
+            result = calibrated(result)
     if output is not None:
         result.save(output)
     if json_out:

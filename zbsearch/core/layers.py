@@ -38,6 +38,10 @@ class Layer:
     modules: tuple[str, ...] = ()
     kind: str = "other"
     params: int | None = None  # informative
+    mem_W_torch: float | None = None  # what torch's split backward keeps from I until W (may exceed mem_B)
+    mem_B_torch: float | None = None  # the bytes autograd saves (mem_B may have been raised to mem_W)
+    mem_kept_torch: float | None = None  # what stays after W while the output (its send) is referenced
+    mem_kept_loss_torch: float | None = None  # the same on the loss chunk (a share of a suffix's, measured)
     # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -64,6 +68,14 @@ class Layer:
             out["modules"] = list(self.modules)
         if self.params is not None:
             out["params"] = self.params
+        if self.mem_W_torch is not None:
+            out["mem_W_torch"] = self.mem_W_torch
+        if self.mem_B_torch is not None:
+            out["mem_B_torch"] = self.mem_B_torch
+        if self.mem_kept_torch is not None:
+            out["mem_kept_torch"] = self.mem_kept_torch
+        if self.mem_kept_loss_torch is not None:
+            out["mem_kept_loss_torch"] = self.mem_kept_loss_torch
         if self.details:
             out["details"] = self.details
         return out
@@ -94,11 +106,17 @@ def _layer(i: int, entry: dict[str, Any]) -> Layer:
         value = entry.get(key)
         return default if value is None else float(value)
 
-    fb, params = entry.get("full_backward"), entry.get("params")
+    fb, params, details = entry.get("full_backward"), entry.get("params"), dict(entry.get("details") or {})
+    # Profiles written before mem_W_torch was a field keep the measured figure in the layer's details.
+    torch_w = entry.get("mem_W_torch", details.get("mem_W_torch_runtime"))
+    torch_w = torch_w if isinstance(torch_w, (int, float)) and not isinstance(torch_w, bool) else None
     return Layer(str(entry["name"]), number("F"), number("B"), number("W"), number("mem_B"), number("mem_W"),
                  number("static_bytes"), number("out_bytes"), None if fb is None else float(fb),
                  tuple(str(m) for m in entry.get("modules") or ()), str(entry.get("kind") or "other"),
-                 None if params is None else int(params), dict(entry.get("details") or {}))
+                 None if params is None else int(params), None if torch_w is None else float(torch_w),
+                 None if entry.get("mem_B_torch") is None else float(entry["mem_B_torch"]),
+                 None if entry.get("mem_kept_torch") is None else float(entry["mem_kept_torch"]),
+                 None if entry.get("mem_kept_loss_torch") is None else float(entry["mem_kept_loss_torch"]), details)
 
 
 def total_work(layers: Sequence[Layer]) -> float:

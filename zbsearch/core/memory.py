@@ -136,7 +136,9 @@ def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, .
 
     Necessary: on each rank a microbatch's forwards all come before its backwards there (the loss is
     at the end of its route), so the mem_B of all the rank's chunks on that route are held at once.
-    Enough: run the microbatches one at a time, each W right after its B.
+    Enough: run the microbatches one at a time, each W right after its B, or with fused backwards where
+    B leaves more held than F (mem_W > mem_B, torch's split backward under the torch-runtime memory
+    model: a fused backward frees everything at its end).
     """
     need = [0.0] * placement.num_ranks
     for route in placement.routes:

@@ -8,8 +8,9 @@ DualPipe's two routes (two model copies) the chunk at position k of either route
 
 Each chunk's costs are the sums over its layers. A rank's stage (the unit of `Np` memory limits) is its
 chunks on the route that loads it most; its static bytes are those of every chunk it holds, so a rank
-holding two model copies pays for both. A hop's time is the out_bytes of the last layer before the
-boundary over the profile's `link_bandwidth`; without a bandwidth the profile's `comm` is kept.
+holding two model copies pays for both. A hop's time is that of a message of the out_bytes of the last
+layer before the boundary: read off the profile's measured `comm_table`, else over its `link_bandwidth`;
+without either the profile's `comm` is kept.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from .calibration import kept_after_w, torch_chunk_memory
 from .errors import PartitionError
 from .ir import Placement
 from .layers import Layer
@@ -69,23 +71,37 @@ def groups(layers: Sequence[Layer], counts: Sequence[int]) -> list[tuple[Layer, 
     return out
 
 
-def summed(group: Sequence[Layer]) -> StageCost:
-    """One chunk's cost: the sums over its layers."""
+def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> StageCost:
+    """One chunk's cost: the sums over its layers; under torch's runtime, calibration.torch_chunk_memory
+    and what it keeps until the iteration ends (calibration.kept_after_w: `loss` for the chunk that
+    computes the loss, `first` for the first one)."""
     fused = any(layer.full_backward is not None for layer in group)
     mem_B = math.fsum(layer.mem_B for layer in group)
     mem_W = math.fsum(layer.mem_W for layer in group)
+    torch_b = torch_w = kept = None
+    if group and all(layer.mem_W_torch is not None for layer in group):  # measured on torch's runtime
+        torch_b, torch_w = torch_chunk_memory(
+            [layer.mem_B if layer.mem_B_torch is None else layer.mem_B_torch for layer in group],
+            [layer.mem_W_torch for layer in group], group[-1].out_bytes)
+        torch_b, kept = max(torch_b, MIN_MEM), kept_after_w(group, first, loss)
     return StageCost(
         F=math.fsum(layer.F for layer in group), B=math.fsum(layer.B for layer in group),
         W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM), mem_W=min(mem_W, max(mem_B, MIN_MEM)),
         full_backward=math.fsum(layer.BW for layer in group) if fused else None,
         static_bytes=math.fsum(layer.static_bytes for layer in group),
+        mem_B_torch=torch_b, mem_W_torch=torch_w, mem_kept_torch=kept,
     )
 
 
 def _add(a: StageCost, b: StageCost) -> StageCost:
     fb = None if a.full_backward is None and b.full_backward is None else a.BW + b.BW
+
+    def both(x: float | None, y: float | None) -> float | None:
+        return None if x is None or y is None else x + y
+
     return StageCost(a.F + b.F, a.B + b.B, a.W + b.W, a.mem_B + b.mem_B, a.mem_W + b.mem_W, fb,
-                     (a.static_bytes or 0.0) + (b.static_bytes or 0.0))
+                     (a.static_bytes or 0.0) + (b.static_bytes or 0.0), None,
+                     both(a.mem_B_torch, b.mem_B_torch), both(a.mem_W_torch, b.mem_W_torch))
 
 
 def _rank_stages(chunks: Sequence[StageCost], placement: Placement) -> tuple[StageCost, ...]:
@@ -107,7 +123,7 @@ def _rank_stages(chunks: Sequence[StageCost], placement: Placement) -> tuple[Sta
 
 def _comm(profile: Profile, placement: Placement, position_groups: list[tuple[Layer, ...]]) -> tuple[float, ...]:
     p = placement.num_ranks
-    if profile.link_bandwidth is None:
+    if profile.message_time(0.0) is None:
         if len(profile.comm) == p - 1:
             return profile.comm
         if len(set(profile.comm)) <= 1:
@@ -121,7 +137,7 @@ def _comm(profile: Profile, placement: Placement, position_groups: list[tuple[La
             a, b = placement.chunk_to_rank[route[k]], placement.chunk_to_rank[route[k + 1]]
             if a != b:
                 link = min(a, b) if abs(a - b) == 1 else None
-                hop = position_groups[k][-1].out_bytes / profile.link_bandwidth
+                hop = profile.message_time(position_groups[k][-1].out_bytes) or 0.0
                 for r in ([link] if link is not None else range(p - 1)):
                     comm[r] = max(comm[r], hop)
     return tuple(comm)
@@ -141,7 +157,9 @@ def partition_profile(profile: Profile, placement: Placement, counts: Sequence[i
     counts = check_counts(counts, len(profile.layers), placement)
     by_position = groups(profile.layers, counts)
     position = {c: k for route in placement.routes for k, c in enumerate(route)}
-    chunks = tuple(summed(by_position[position[c]]) for c in range(placement.num_chunks))
+    last = len(counts) - 1
+    chunks = tuple(summed(by_position[position[c]], position[c] == last, position[c] == 0)
+                   for c in range(placement.num_chunks))
     names = tuple(tuple(layer.name for layer in by_position[position[c]]) for c in range(placement.num_chunks))
     return replace(profile, stages=_rank_stages(chunks, placement), chunks=chunks,
                    comm=_comm(profile, placement, by_position), partition=names)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .calibration import CommTable, check_memory_model, comm_time, parse_comm_table, running_cost
 from .errors import ProfileError
 from .fileio import read_json, write_atomic
 from .ir import Placement
@@ -53,6 +54,14 @@ class StageCost:
     full_backward: float | None = None
     static_bytes: float | None = None
     overlap_f_b: float | None = None   # an overlapped F&B pair: a forward and a full backward together
+    # What torch's runtime holds from F until I and from I until W (core/calibration.py); None: not measured.
+    mem_B_torch: float | None = None
+    mem_W_torch: float | None = None
+    # On the chunk that computes the loss, what stays after W until the iteration ends (torch keeps every
+    # microbatch's loss, and with it the part of its graph W does not free); None: not measured.
+    mem_kept_torch: float | None = None
+    # Resolved by the memory model (calibration.running_cost): held after W until the iteration ends.
+    mem_kept: float | None = None
 
     @property
     def BW(self) -> float:
@@ -66,15 +75,17 @@ class StageCost:
         return 1.0 if self.overlap_f_b is None else self.overlap_f_b / (self.F + self.BW)
 
     def scaled(self, share: float) -> "StageCost":
+        def part(x: float | None) -> float | None:
+            return None if x is None else x * share
+
         return StageCost(
             self.F * share, self.B * share, self.W * share, self.mem_B * share, self.mem_W * share,
-            None if self.full_backward is None else self.full_backward * share,
-            None if self.static_bytes is None else self.static_bytes * share,
-            None if self.overlap_f_b is None else self.overlap_f_b * share,
+            part(self.full_backward), part(self.static_bytes), part(self.overlap_f_b),
+            part(self.mem_B_torch), part(self.mem_W_torch), part(self.mem_kept_torch), part(self.mem_kept),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "mem_kept"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,11 @@ class Profile:
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     layers: tuple[Layer, ...] | None = None
     link_bandwidth: float | None = None  # bytes per time_unit, for hops computed from layers' out_bytes
+    # Calibration (core/calibration.py): the runtime's cost per action (time_unit), measured message
+    # times by size, and which memory accounting plans are made with.
+    action_overhead: float = 0.0
+    comm_table: CommTable | None = None
+    memory_model: str = "paper"
     # Layer names per global chunk index when the stages and chunks are one split of `layers`
     # (core/partition.py); not written by to_dict, which writes the profile the user gave.
     partition: tuple[tuple[str, ...], ...] | None = field(default=None, compare=False, hash=False, repr=False)
@@ -116,11 +132,31 @@ class Profile:
 
     # -- costs under a placement -------------------------------------------------------------
     def chunk_cost(self, placement: Placement, chunk: int) -> StageCost:
-        """Per-microbatch cost of one chunk: the profile's per-chunk entry when it has one for this
-        chunk count, else the holding rank's stage split evenly over its chunks of the same route."""
+        """Per-microbatch cost of one chunk as it runs: the profile's per-chunk entry when it has one for
+        this chunk count, else the holding rank's stage split evenly over its chunks of the same route;
+        then the action overhead added to each pass and the memory of the profile's memory model
+        (core/calibration.py). Everything that times or sizes a pass reads it here."""
         if self.chunks is not None and len(self.chunks) == placement.num_chunks:
-            return self.chunks[chunk]
-        return self.stages[placement.chunk_to_rank[chunk]].scaled(placement.share(chunk))
+            cost = self.chunks[chunk]
+        else:
+            cost = self.stages[placement.chunk_to_rank[chunk]].scaled(placement.share(chunk))
+        return running_cost(cost, self.action_overhead, self.memory_model)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the profile adds anything the runtime measured: an action overhead or message times."""
+        return self.action_overhead > 0 or self.comm_table is not None
+
+    def message_time(self, nbytes: float) -> float | None:
+        """A hop's time for a message of `nbytes`: from the measured comm_table, else over the
+        link_bandwidth, else None (the profile's comm is used as given)."""
+        if self.comm_table is not None:
+            return comm_time(self.comm_table, nbytes)
+        return None if self.link_bandwidth is None else nbytes / self.link_bandwidth
+
+    def uncalibrated(self) -> "Profile":
+        """The same costs without the action overhead and message table, under the paper's memory model."""
+        return replace(self, action_overhead=0.0, comm_table=None, memory_model="paper")
 
     def hop(self, placement: Placement, src_chunk: int, dst_chunk: int) -> float:
         """Time for an activation (or its gradient) to move from one chunk to the next.
@@ -176,6 +212,12 @@ class Profile:
             out["layers"] = [layer.to_dict() for layer in self.layers]
         if self.link_bandwidth is not None:
             out["link_bandwidth"] = self.link_bandwidth
+        if self.action_overhead:
+            out["action_overhead"] = self.action_overhead
+        if self.comm_table is not None:
+            out["comm_table"] = [{"bytes": b, "time": t} for b, t in self.comm_table]
+        if self.memory_model != "paper":
+            out["memory_model"] = self.memory_model
         if self.details:
             out["details"] = self.details
         return out
@@ -213,7 +255,8 @@ def _stage(origin: str, field: str, raw: dict[str, Any]) -> StageCost:
     check_memory_order(origin, field, mem_B, mem_W)
     cost = StageCost(float(raw["F"]), float(raw["B"]), float(raw["W"]), mem_B, mem_W,
                      _optional(raw.get("full_backward")), _optional(raw.get("static_bytes")),
-                     _optional(raw.get("overlap_f_b")))
+                     _optional(raw.get("overlap_f_b")), _optional(raw.get("mem_B_torch")),
+                     _optional(raw.get("mem_W_torch")), _optional(raw.get("mem_kept_torch")))
     check_overlap(origin, field, cost.F, cost.BW, cost.overlap_f_b)
     return cost
 
@@ -235,6 +278,9 @@ def _parse_profile(data: Any, origin: str) -> Profile:
         details=dict(data.get("details") or {}),
         layers=None if data.get("layers") is None else parse_layers(origin, data["layers"]),
         link_bandwidth=_optional(data.get("link_bandwidth")),
+        action_overhead=float(data.get("action_overhead") or 0.0),
+        comm_table=None if data.get("comm_table") is None else parse_comm_table(origin, data["comm_table"]),
+        memory_model=check_memory_model(origin, data.get("memory_model", "paper")),
     )
 
 

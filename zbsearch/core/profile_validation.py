@@ -141,6 +141,11 @@ def _numbers(data: dict[str, Any]) -> Iterable[tuple[str, Any]]:
     if not isinstance(comm, list):
         yield "comm", comm
     yield "link_bandwidth", data.get("link_bandwidth")
+    yield "action_overhead", data.get("action_overhead")
+    table = data.get("comm_table")
+    for i, point in enumerate(table if isinstance(table, list) else []):
+        for key, value in (point.items() if isinstance(point, dict) else ()):
+            yield f"comm_table[{i}].{key}", value
     for listed in ("stages", "chunks", "layers"):
         entries = data.get(listed)
         for i, entry in enumerate(entries if isinstance(entries, list) else []):

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from ..core.calibration import torch_chunk_memory
 from ..core.errors import RunError, ZbsearchError
 from ..core.ir import Schedule
 from ..core.layers import Layer
@@ -213,9 +214,12 @@ def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | No
     costs = _layers(profile)
     if not all(x in costs for chunk in plan.chunks for x in chunk):
         return profile, "each rank's profiled stage split evenly over its chunks"
-    out = [summed([costs[x] for x in chunk]) for chunk in plan.chunks]
-    if profile.details.get("torch_stage0"):
-        out[0] = replace(out[0], B=0.0, W=out[0].BW)
+    out = [summed([costs[x] for x in chunk], c == len(plan.chunks) - 1, c == 0) for c, chunk in enumerate(plan.chunks)]
+    if profile.details.get("torch_stage0"):  # I does nothing on stage 0: W runs the whole backward
+        group = [costs[x] for x in plan.chunks[0]]
+        torch_b, torch_w = torch_chunk_memory(
+            [x.mem_B if x.mem_B_torch is None else x.mem_B_torch for x in group], [], group[-1].out_bytes, True)
+        out[0] = replace(out[0], B=0.0, W=out[0].BW, mem_W=out[0].mem_B, mem_B_torch=torch_b, mem_W_torch=torch_w)
     return replace(profile, chunks=tuple(out)), "sums of the profile's per-layer costs over each chunk's layers"
 
 

@@ -54,6 +54,7 @@ class RunResult:
     profile_step: float | None = None  # the simulator's makespan on the profile (time_unit)
     profile_step_seconds: float | None = None  # the same in seconds, when time_unit is a known unit
     partition: list[list[str]] | None = None  # the profiled model's layers per global chunk
+    memory_peak_bytes: list[float] | None = None  # per rank: activation bytes torch's runtime held at most
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -155,6 +156,11 @@ def collect(schedule: Schedule, job: "Job", profile: Profile | None, results: li
         partition=[list(c) for c in plan.chunks] if plan else None,
         details={"stages_per_rank": [r["stages"] for r in results]},
     )
+    out.details["cpus"] = [r.get("cpus") for r in results]
+    if results[0].get("pingpong"):
+        out.details["pingpong"] = results[0]["pingpong"]
+    if any(r.get("memory_peak_bytes") is not None for r in results):
+        out.memory_peak_bytes = [float(r.get("memory_peak_bytes") or 0.0) for r in results]
     if plan is not None:
         out.details.update({"cut": plan.cut, "check": _check_words(plan)})
     if profile is None:

@@ -96,7 +96,8 @@ def _failure(exc: BaseException, error_files: list[str] | None = None) -> str:
 def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", model: str | None = None,
         steps: int = 3, *, profile: Profile | None = None, seed: int = 0, microbatch_size: int = 2,
         timeout_s: float = 300.0, comms: bool = False, warmup: int = 1, device: str | None = None,
-        check: bool | None = None) -> RunResult:
+        check: bool | None = None, track_memory: bool = False, pingpong_sizes: tuple[int, ...] = (),
+        pin_cpu: bool = False) -> RunResult:
     """Execute `schedule` with torch's pipelining runtime on `nproc` processes and check it.
 
     Parameters
@@ -123,6 +124,15 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     check
         Profiled model only: compare gradients with a float64 single-process reference. None: when the
         model has at most run_model.CHECK_MAX_PARAMETERS parameters. The small models are always checked.
+    track_memory
+        Run one more, untimed step that records the activation memory each rank holds
+        (`memory_peak_bytes`; see probe.py for what is counted).
+    pingpong_sizes
+        Before the steps, time messages of these sizes (bytes) between ranks 0 and 1
+        (`details["pingpong"]`: [bytes, one-way seconds] per size).
+    pin_cpu
+        Pin rank r's process to the r-th CPU it may use (round robin; Linux); `details["cpus"]` says where
+        each rank ran. Each rank runs torch with one thread either way.
 
     Returns
     -------
@@ -139,7 +149,8 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     ScheduleError
         The schedule is invalid or torch's runtime cannot run its placement.
     """
-    device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile)
+    device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile,
+                                   pingpong_sizes)
     plan = plan_profiled_model(schedule, profile, check, seed) if model == "profile" and profile else None
     validate(schedule, profile)
     torch_compatible(schedule)
@@ -147,7 +158,8 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
         fmt, csv_format = ("torch-csv-comms", "compute_comms") if comms else ("torch-csv", "compute_only")
         csv_path = export(schedule, fmt, Path(tmp, "schedule.csv"))
         job = Job(schedule, str(csv_path), tmp, _free_port(), backend, model, steps, seed, microbatch_size,
-                  timeout_s, csv_format, warmup, device, plan)
+                  timeout_s, csv_format, warmup, device, plan, tuple(int(x) for x in pingpong_sizes), track_memory,
+                  pin_cpu)
         t0 = time.perf_counter()
         _launch(job, schedule.num_ranks)
         wall = time.perf_counter() - t0
@@ -192,7 +204,8 @@ def _stop(processes: list[Any]) -> None:
 
 
 def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: str | None, model: str | None,
-                   steps: int, warmup: int, timeout_s: float, profile: Profile | None) -> tuple[str, str]:
+                   steps: int, warmup: int, timeout_s: float, profile: Profile | None,
+                   pingpong_sizes: tuple[int, ...] = ()) -> tuple[str, str]:
     """Refuse, before any process starts, what cannot run: each message says what to use instead.
     Returns the device (cpu or cuda) and the model (profile, mlp or gpt-tiny)."""
     if backend not in BACKENDS:
@@ -210,6 +223,8 @@ def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: 
         raise RunError("model 'profile' runs the model a profile was made from: give the profile")
     if steps < 1:
         raise RunError(f"step count {steps} is too small: run at least 1 step")
+    if pingpong_sizes and schedule.num_ranks < 2:
+        raise RunError("timing messages needs two ranks: run a schedule for 2 or more ranks")
     if warmup < 0:
         raise RunError(f"warm-up step count {warmup} is negative: use 0 or more")
     if not timeout_s > 0:

@@ -12,6 +12,7 @@ import copy
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,6 +51,9 @@ class Job:
     warmup: int = 0  # untimed steps before the `steps` timed ones
     device: str = "cpu"  # cpu, or cuda (one GPU per rank: cuda:<rank>)
     plan: ModelPlan | None = None  # the profiled model; None: the built-in `model`
+    pingpong_sizes: tuple[int, ...] = ()  # message sizes to time between ranks 0 and 1 first (probe.py)
+    track_memory: bool = False  # one more, untimed step that records the activation memory held (probe.py)
+    pin_cpu: bool = False  # pin rank r's process (and its threads) to the r-th CPU it may run on, round robin
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -188,16 +192,21 @@ def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: 
 
 # -- the worker ----------------------------------------------------------------------------------
 
-def _timed(torch: Any, fn: Callable, record: Callable[[str, int, float, float], None], kind_of: Callable[..., str],
-           stage: int, sync: bool) -> Callable:
+def _timed(torch: Any, fn: Callable, record: Callable[[str, int, Any, Any], None], kind_of: Callable[..., str],
+           stage: int, cuda: bool) -> Callable:
+    """`fn` timed: perf_counter on a CPU; on a GPU, CUDA events recorded around it (read after the step,
+    so timing never synchronizes the device)."""
     def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
-        if sync:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn(mb, *args, **kwargs)
-        if sync:
-            torch.cuda.synchronize()
-        record(kind_of(*args, **kwargs), stage, t0, time.perf_counter())
+        if cuda:
+            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0.record()
+            out = fn(mb, *args, **kwargs)
+            t1.record()
+        else:
+            t0 = time.perf_counter()
+            out = fn(mb, *args, **kwargs)
+            t1 = time.perf_counter()
+        record(kind_of(*args, **kwargs), stage, t0, t1)
         return out
     return wrapper
 
@@ -206,14 +215,13 @@ def _full_backward(loss: Any = None, full_backward: bool = True, last_backward: 
     return "B" if full_backward else "I"
 
 
-def _instrument(torch: Any, stages: list[Any], events: list[Event], sync: bool) -> None:
+def _instrument(torch: Any, stages: list[Any], record: Callable[[str, int, Any, Any], None], cuda: bool) -> None:
     """Time every stage's own compute calls, so a wait for a receive is not counted."""
-    record = lambda kind, stage, t0, t1: events.append((kind, stage, t0, t1))  # noqa: E731
     for st in stages:
-        st.forward_one_chunk = _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, sync)
-        st.backward_one_chunk = _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, sync)
+        st.forward_one_chunk = _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, cuda)
+        st.backward_one_chunk = _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, cuda)
         st.backward_weight_one_chunk = _timed(torch, st.backward_weight_one_chunk, record,
-                                              lambda *a, **k: "W", st.stage_index, sync)
+                                              lambda *a, **k: "W", st.stage_index, cuda)
 
 
 class _RankRun:
@@ -235,12 +243,15 @@ class _RankRun:
             self.reference, self.reference_loss = reference(
                 torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
 
-        stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
-        self.runtime = _PipelineScheduleRuntime(stages, m, loss_fn=loss_fn, scale_grads=True)
+        self.stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
+        self.runtime = _PipelineScheduleRuntime(self.stages, m, loss_fn=loss_fn, scale_grads=True)
         self.runtime._load_csv(job.csv_path, format=job.csv_format)
         self.sync = device.type == "cuda"
+        self.device = device
         self.events: list[Event] = []
-        _instrument(torch, stages, self.events, self.sync)
+        self.probe: Any = None  # a probe.MemoryProbe during the memory step
+        self.memory_peak: float | None = None
+        _instrument(torch, self.stages, self._record, self.sync)
 
         self.has_first, self.has_last = 0 in self.mine, n - 1 in self.mine
         self.problems: list[str] = []
@@ -260,20 +271,41 @@ class _RankRun:
 
         return build_profiled(job.plan, m, job.seed, device, set(range(n)) if self.check else set(self.mine))
 
-    def step(self, step: int) -> None:
-        """One iteration on torch's runtime, timed, then checked against the reference."""
+    def _record(self, kind: str, stage: int, t0: Any, t1: Any) -> None:
+        self.events.append((kind, stage, t0, t1))
+        if self.probe is not None:
+            self.probe.sample()
+
+    def _arguments(self, losses: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         for c in self.mine:
             for p in self.chunks[c].parameters():
                 p.grad = None
-        losses: list[Any] = []
         args = (self.x,) if self.has_first else ()
         kwargs = {"target": self.y, "losses": losses} if self.has_last else {}
+        return args, kwargs
+
+    def memory_step(self) -> None:
+        """One more, untimed iteration that records the activation memory this rank holds (probe.py)."""
+        from .probe import MemoryProbe
+
+        args, kwargs = self._arguments([])
+        self.probe = MemoryProbe(self.torch, self.stages, self.device)
+        self.dist.barrier()
+        with self.probe.hooks():
+            self.runtime.step(*args, **kwargs)
+        self.memory_peak, self.probe = self.probe.finish(), None
+
+    def step(self, step: int) -> None:
+        """One iteration on torch's runtime, timed, then checked against the reference."""
+        losses: list[Any] = []
+        args, kwargs = self._arguments(losses)
         self.events.clear()
         self.dist.barrier()
         t0 = time.perf_counter()
         self.runtime.step(*args, **kwargs)
         if self.sync:
             self.torch.cuda.synchronize()
+            self.events[:] = [(k, s, 0.0, a.elapsed_time(b) / 1e3) for k, s, a, b in self.events]
         self.step_seconds.append(time.perf_counter() - t0)
         if step >= self.job.warmup:  # warm-up steps infer shapes and allocate: not pass times worth reporting
             self.timed.extend(self.events)
@@ -301,7 +333,18 @@ class _RankRun:
             "parameters_checked": self.checked, "loss": self.loss if self.has_last else None,
             "reference_loss": self.reference_loss, "step_seconds": self.step_seconds,
             "events": [[k, s, t1 - t0] for k, s, t0, t1 in self.timed],
+            "memory_peak_bytes": self.memory_peak,
         }
+
+
+def _pin(rank: int) -> list[int] | None:
+    """Pin this process to one of the CPUs it may use (rank r to the r-th, round robin); the CPUs it ends
+    up on, or None where the platform cannot pin (os.sched_setaffinity is Linux-only)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[rank % len(allowed)]})
+    return sorted(os.sched_getaffinity(0))
 
 
 def worker(rank: int, job: Job) -> None:
@@ -311,6 +354,7 @@ def worker(rank: int, job: Job) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    cpus = _pin(rank) if job.pin_cpu else None
     # The launcher reports a failure in one line; torch's runtime would also log the whole schedule.
     logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
     device = torch.device(f"cuda:{rank}") if job.device == "cuda" else torch.device("cpu")
@@ -320,9 +364,16 @@ def worker(rank: int, job: Job) -> None:
                             world_size=job.schedule.placement.num_ranks, timeout=timedelta(seconds=job.timeout_s))
     try:
         run = _RankRun(torch, dist, rank, job, device)
+        pings = None
+        if job.pingpong_sizes:
+            from .probe import pingpong
+
+            pings = pingpong(torch, dist, rank, job.pingpong_sizes, device)
         for step in range(job.warmup + job.steps):
             run.step(step)
-        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps(run.result()))
+        if job.track_memory:
+            run.memory_step()
+        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps({**run.result(), "pingpong": pings, "cpus": cpus}))
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence, Union
 
+from ..core.calibration import torch_chunk_memory
 from ..core.errors import PartitionError, ProfilerError
 from ..core.profile import Profile, check_microbatches, check_stages
 from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
@@ -107,18 +108,30 @@ def _raise_mem_B(costs: Sequence[LayerCost], notes: list[str]) -> list[LayerCost
     for c in costs:
         if c.mem_W > c.mem_B:
             notes.append(f"layer {c.name}: mem_B raised from {c.mem_B:.0f} to mem_W {c.mem_W:.0f} bytes")
-            c = replace(c, mem_B=c.mem_W)
+            extra = {**c.extra, "mem_B_torch": c.mem_B} if "mem_W_torch_runtime" in c.extra else c.extra
+            c = replace(c, mem_B=c.mem_W, extra=extra)
         out.append(c)
     return out
 
 
-def _stage(k: int, group: Sequence[LayerCost], torch_stage0: bool, notes: list[str]) -> dict[str, float]:
+def _stage(k: int, group: Sequence[LayerCost], torch_stage0: bool, notes: list[str], last: bool) -> dict[str, float]:
     """Stage k's F, B, W, fused backward, M_B and M_W: the sums over its layers (see build_profile)."""
     st = {key: math.fsum(sig9(getattr(c, key)) for c in group) for key in ("F", "B", "W", "full_backward")}
     st.update({key: math.fsum(getattr(c, key) for c in group) for key in ("mem_B", "mem_W")})
     if st["mem_B"] <= 0:
         notes.append(f"stage {k}: no saved activations measured; mem_B set to 1 byte")
         st["mem_B"], st["mem_W"] = 1.0, min(st["mem_W"], 1.0)
+    if all("mem_W_torch_runtime" in c.extra for c in group):  # measured on torch: what its runtime holds
+        st["mem_B_torch"], torch_w = torch_chunk_memory(
+            [c.extra.get("mem_B_torch", c.mem_B) for c in group], [c.extra["mem_W_torch_runtime"] for c in group],
+            group[-1].out_bytes, first_stage=k == 0 and torch_stage0)
+        if torch_w is not None:
+            st["mem_W_torch"] = torch_w
+        key = "mem_kept_loss_torch" if last else "mem_kept_torch"
+        if k == 0:
+            st["mem_kept_torch"] = 0.0  # torch runs the first stage's whole backward at once
+        elif all(key in c.extra for c in group):
+            st["mem_kept_torch"] = math.fsum(c.extra[key] for c in group)
     if k == 0 and torch_stage0:
         st["B"], st["W"], st["mem_W"] = 0.0, st["full_backward"] or st["B"] + st["W"], st["mem_B"]
     if st["B"] + st["W"] <= 0:
@@ -175,7 +188,7 @@ def build_profile(costs: Sequence[LayerCost], split: StageSplit, setup: Pipeline
         group = list(costs[start:start + count])
         start += count
         names.append([c.name for c in group])
-        st = _stage(k, group, setup.torch_stage0, notes)
+        st = _stage(k, group, setup.torch_stage0, notes, k == len(counts) - 1)
         st["static_bytes"] = math.fsum(c.params * per_param for c in group)
         stages.append(st)
         if k < len(counts) - 1:
@@ -315,10 +328,12 @@ def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -
 def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup: PipelineSetup = PipelineSetup(),
                      request: MeasureRequest = MeasureRequest(), *, shape: GptShape | None = None,
                      attention: str = "naive", seed: int = 0, name: str | None = None,
-                     progress: Progress | None = None) -> Profile:
+                     progress: Progress | None = None, memory_model: str = "torch-runtime") -> Profile:
     """Measure the built-in GPT (`model="gpt"`) or a user's `package.module:factory` and build its profile.
 
     `split.anchored` is set by the model (the GPT's embedding and head stay on the end stages).
+    `memory_model`: the accounting plans on it use; by default what torch's runtime holds, which the
+    profile measures (core/calibration.py), since a measured profile's schedules run on torch.
     """
     if model != "gpt" and is_builtin(model):
         raise bad_input(ProfilerError, f"model {model} is estimated only: measuring on torch covers the built-in gpt "
@@ -359,4 +374,4 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     dev_tag = "cuda" if cuda else "cpu"
     provenance = Provenance(name=name or f"{loaded.label}-{request.dtype}-{dev_tag}", source=source, details=details,
                             link_origin=origin, capacity_bytes=info.get("capacity_bytes"))
-    return build_profile(costs, split, setup, provenance, dtype=request.dtype)
+    return replace(build_profile(costs, split, setup, provenance, dtype=request.dtype), memory_model=memory_model)

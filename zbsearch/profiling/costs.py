@@ -64,8 +64,15 @@ class LayerCost:
         out.update(mem_B=float(self.mem_B), mem_W=float(self.mem_W),
                    static_bytes=float(self.params * bytes_per_param), out_bytes=float(self.out_bytes),
                    params=int(self.params))
+        if "mem_W_torch_runtime" in self.extra:  # measured on torch: what its runtime holds (core/calibration.py)
+            out["mem_B_torch"] = float(self.extra.get("mem_B_torch", self.mem_B))
+            out["mem_W_torch"] = float(self.extra["mem_W_torch_runtime"])
+            for key in ("mem_kept_torch", "mem_kept_loss_torch"):
+                if key in self.extra:
+                    out[key] = float(self.extra[key])
         if self.extra:
-            out["details"] = dict(self.extra)
+            out["details"] = {k: v for k, v in self.extra.items()
+                              if k not in ("mem_B_torch", "mem_kept_torch", "mem_kept_loss_torch")}
         return out
 
 

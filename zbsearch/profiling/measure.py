@@ -137,8 +137,18 @@ def _needed_for_W(groups: Sequence[dict[str, Any]], static: set[int]) -> tuple[d
     return needed, grads
 
 
+class _Held:
+    """A saved tensor as the autograd graph keeps it: alive exactly as long as the graph holds it."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
 def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward) -> dict[str, float]:
-    """M_B, M_W (and what torch's own split keeps from I to W) of one layer, in bytes.
+    """M_B, M_W, what torch's own split keeps from I to W, and what stays after W while the layer's
+    output is still referenced, of one layer, in bytes.
 
     On a CPU, M_B is the bytes of the distinct non-parameter tensors saved for backward; on a GPU, the
     allocator's growth over F, less the output (handed on), plus the input when it is saved.
@@ -148,16 +158,20 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
     saved: dict[int, list[Any]] = {}
     sizes: dict[int, int] = {}
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> Any:
+        held = _Held(t)
         ptr, nbytes = _storage_key(t)
         if nbytes and ptr not in static:
             sizes[ptr] = nbytes
-            saved.setdefault(ptr, []).append(weakref.ref(t))
-        return t
+            saved.setdefault(ptr, []).append(weakref.ref(held))
+        return held
+
+    def alive() -> dict[int, int]:
+        return {ptr: sizes[ptr] for ptr, refs in saved.items() if any(r() is not None for r in refs)}
 
     cuda = device.type == "cuda"
     before = _cuda_allocated(device) if cuda else 0
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda held: held.tensor):
         out = mod(x)
     result: dict[str, float] = {"mem_B": float(sum(sizes.values()))}
     if cuda:
@@ -174,16 +188,22 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
         return result
     if not x.requires_grad:  # nothing to send back: the whole backward is W, everything is held until then
         result["mem_W"] = result["mem_W_torch_runtime"] = result["mem_B"]
+        result["mem_kept_torch"] = 0.0  # torch runs the first stage's whole backward at once: all freed
         return result
     _, groups = backward.input([out], run.out_grads, [x], iter(run.params))
-    del out
     needed, grads = _needed_for_W(groups, static)
     result["mem_W"] = float(sum({**needed, **grads}.values()))
-    alive = {ptr: sizes[ptr] for ptr, refs in saved.items() if any(r() is not None for r in refs)}
-    result["mem_W_torch_runtime"] = float(sum({**alive, **grads}.values()))
+    result["mem_W_torch_runtime"] = float(sum({**alive(), **grads}.values()))
     if cuda:
         result["mem_W_torch_runtime"] = float(max(_cuda_allocated(device) - before, 0))
     backward.weight(iter(run.params), groups)
+    del groups
+    # torch's runtime keeps each stage output referenced (its send) until the step ends, and with it what
+    # of the graph W did not free: the layer's share of that, measured alone (measure_kept.py: the loss chunk)
+    result["mem_kept_torch"] = float(sum(alive().values()))
+    if cuda:
+        result["mem_kept_torch"] = float(max(_cuda_allocated(device) - before - _storage_key(out)[1], 0))
+    del out
     return result
 
 
@@ -297,6 +317,10 @@ def _measure_interleaved(session: _Session, layers: Sequence[LayerSpec], x: torc
     for i in range(session.runs):
         for run in prepared:
             session.run_once(run, i)
+    if session.device.type == "cpu":
+        from .measure_kept import measure_kept
+
+        measure_kept(prepared, session.backward)
     return [_finish(run) for run in prepared]
 
 

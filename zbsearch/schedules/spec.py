@@ -46,9 +46,12 @@ class PassTimes:
     @classmethod
     def of(cls, profile: Profile) -> "PassTimes | None":
         """The profile's times when its stages are identical (times, memory and static bytes), its links
-        all equal and it gives no per-chunk costs; None otherwise (only the simulator applies then)."""
+        all equal, it gives no per-chunk costs and no action overhead, and plans use the paper's memory
+        accounting; None otherwise (only the simulator applies then)."""
         first = profile.stages[0]
         if profile.chunks is not None or any(s != first for s in profile.stages):
+            return None
+        if profile.action_overhead or profile.memory_model != "paper":  # the closed forms leave these out
             return None
         if any(not close(c, profile.comm[0]) for c in profile.comm):
             return None

@@ -165,7 +165,9 @@ def _memory_time(chunks: dict[int, _Chunk], hold: dict[int, tuple[float, float]]
     need = [0.0] * len(limits)
     for c, f in chunks.items():
         to_b, to_w = hold[c]
-        need[f.rank] += f.count * ((f.alloc - f.keep) * to_b + f.keep * to_w)
+        # mem_W > mem_B (torch's split backward): the rise after B stays at least until W has run
+        low, rise = min(f.alloc, f.keep), max(0.0, f.keep - f.alloc)
+        need[f.rank] += f.count * (max(0.0, f.alloc - f.keep) * to_b + low * to_w + rise * f.W)
     # The validator lets a peak exceed the limit by its relative tolerance; so does this bound.
     return [0.0 if math.isinf(cap) or cap <= 0 else n / (cap * (1 + MEMORY_RTOL)) for n, cap in zip(need, limits)]
 
@@ -279,12 +281,55 @@ def overlap_relaxation(problem: Problem, passes: Sequence[Pass] | None = None) -
                  for ps in (passes if passes is not None else problem.passes))
 
 
+def fusion_saves(problem: Problem) -> bool:
+    """Whether a fused backward can beat its B and W run apart on some chunk: it costs less than the two
+    (an action overhead paid once instead of twice, a measured full backward below B + W), or holds
+    less (torch's split backward keeps more after I than a fused backward, mem_W > mem_B, and on the loss
+    chunk keeps some of it until the iteration ends, mem_kept)."""
+    pl = problem.placement
+    costs = [problem.profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
+    return any(c.BW < (c.B + c.W) * (1 - 1e-12) or c.mem_W > c.mem_B or (c.mem_kept or 0.0) > 0 for c in costs)
+
+
+def fusion_relaxation(problem: Problem, passes: Sequence[Pass] | None = None) -> tuple[Pass, ...]:
+    """The passes at their shortest and lightest when a backward may be fused: each W takes the least
+    of its own time and what a fused backward leaves after its B (full backward - B), and holds no more
+    than mem_B after B. A relaxation: lay out each fused backward as its B then that W inside its
+    interval; B ends no later than the fused pass, so inputs still arrive in time, and memory is freed
+    no later and never raised. Bounds on these passes hold for schedules with fused backwards too."""
+    pl = problem.placement
+    costs = [problem.profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
+    out = []
+    for ps in (passes if passes is not None else problem.passes):
+        cost = costs[ps.action.chunk]
+        keep = min(cost.mem_W, cost.mem_B)
+        if ps.action.kind is Kind.W:
+            ps = replace(ps, duration=min(ps.duration, max(0.0, cost.BW - cost.B)), free=keep)
+        elif ps.action.kind is Kind.B:
+            ps = replace(ps, free=cost.mem_B - keep)
+        out.append(ps)
+    return tuple(out)
+
+
 def objective_bound(bounds: Sequence[RankBound], objective: str) -> float:
     """The objective's lower bound from per-rank bounds: the largest span, or the latest end."""
     return max(b.span for b in bounds) if objective == "span" else max(b.end for b in bounds)
 
 
+def bound_passes(problem: Problem) -> tuple[Pass, ...]:
+    """The passes a proven bound must read: the problem's own, relaxed where a backward may be fused
+    (fusion_relaxation) and where passes may pair (overlap_relaxation), so that it holds for every
+    schedule the simulator times, not only those the solver's split model writes."""
+    passes = problem.passes
+    if fusion_saves(problem):
+        passes = fusion_relaxation(problem, passes)
+    if problem.profile.gives_overlap:
+        passes = overlap_relaxation(problem, passes)
+    return passes
+
+
 def lower_bound(problem: Problem, passes: Sequence[Pass] | None = None, objective: str | None = None) -> float:
-    """The best analytic lower bound on the objective (makespan or span)."""
-    bounds = rank_bounds(problem, passes if passes is not None else problem.passes)
+    """The best analytic lower bound on the objective (makespan or span); over `bound_passes` unless
+    the passes are given."""
+    bounds = rank_bounds(problem, passes if passes is not None else bound_passes(problem))
     return objective_bound(bounds, objective or problem.objective)

@@ -24,6 +24,7 @@ from ortools.sat.python import cp_model
 
 from .bounds import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
 from ..core.ir import Action, Kind, Schedule, build
+from ..core.profile import StageCost
 from .problem import Problem
 
 # Memory is scaled to integers with this many units per the smallest mem_B of the problem; the
@@ -66,6 +67,7 @@ class Variables:
     rank_first: list[cp_model.IntVar] = field(default_factory=list)
     rank_last: list[cp_model.IntVar] = field(default_factory=list)
     held: list[tuple[cp_model.IntVar, Action, Action]] = field(default_factory=list)  # length, from, until
+    held_after: list[tuple[cp_model.IntVar, Action, Action]] = field(default_factory=list)  # from B's end to W's
     horizon: int = 0
 
 
@@ -130,8 +132,11 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
     A microbatch's activations on a chunk are two held blocks: mem_B - mem_W from the start of its F
     to the end of its B, and mem_W from the start of its F to the end of its W. That is the paper's
     memory curve (F allocates at its start, B and W free at their ends), written as a cumulative
-    constraint over variable-length intervals. (A reservoir constraint says the same, but CP-SAT's
-    presolve expands it into a Boolean per pair of events: tens of seconds at p=8, m=24.)
+    constraint over variable-length intervals. Under the torch-runtime memory model B may leave more
+    than F held (a block of mem_W - mem_B from the end of B to the end of W) and the loss chunk keeps
+    mem_kept after W (a block to the horizon); see _memory_blocks. (A reservoir constraint says the
+    same, but CP-SAT's presolve expands it into a Boolean per pair of events: tens of seconds at p=8,
+    m=24.)
     `headroom` (scaled units) tightens the limit should integer rounding ever let through a schedule
     that the exact check refuses.
     """
@@ -139,6 +144,7 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
     # A block lasts at least the dependency path from its F to the pass that frees it; saying so
     # lets CP-SAT's energy reasoning on the cumulative see what bounds.py's memory-time bound sees.
     hold = hold_times(grid, grid.passes)
+    dur = _dur(grid)
     for r in range(grid.num_ranks):
         cap = grid.limit.per_rank[r]
         if math.isinf(cap):
@@ -151,17 +157,39 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
             cost = grid.profile.chunk_cost(grid.placement, a.chunk)
             # Demands round down and the limit up, so that the grid model stays a relaxation (its bound
             # holds; rounding demands to nearest refused a microbatch that fills the limit exactly).
-            keep = math.floor(cost.mem_W * scale * (1 + 1e-12))
-            rest = math.floor((cost.mem_B - cost.mem_W) * scale * (1 + 1e-12))
-            for (until, demand), shortest in zip(((Kind.B, rest), (Kind.W, keep)), hold[a.chunk]):
+            for block, demand, start, until in _memory_blocks(cost, a, scale):
                 if demand <= 0:
                     continue
-                freed_by = Action(a.chunk, until, a.microbatch)
-                size = model.new_int_var(min(int(shortest), v.horizon), v.horizon, f"held_{_name(a)}_until_{until.label}")
-                v.held.append((size, a, freed_by))
-                intervals.append(model.new_interval_var(v.start[a], size, v.end[freed_by], f"mem_{_name(a)}_until_{until.label}"))
+                if until is None:  # kept until the iteration ends: to the horizon
+                    intervals.append(model.new_interval_var(v.end[start], v.horizon - v.end[start], v.horizon,
+                                                            f"mem_{_name(a)}_{block}"))
+                    demands.append(demand)
+                    continue
+                shortest = {Kind.B: hold[a.chunk][0], Kind.W: hold[a.chunk][1]}[until.kind] if start == a else dur[until]
+                size = model.new_int_var(min(int(shortest), v.horizon), v.horizon, f"held_{_name(a)}_{block}")
+                if start == a:
+                    v.held.append((size, a, until))
+                    intervals.append(model.new_interval_var(v.start[a], size, v.end[until], f"mem_{_name(a)}_{block}"))
+                else:  # from the end of B
+                    v.held_after.append((size, start, until))
+                    intervals.append(model.new_interval_var(v.end[start], size, v.end[until], f"mem_{_name(a)}_{block}"))
                 demands.append(demand)
         model.add_cumulative(intervals, demands, int(math.ceil(cap * scale * (1 - 1e-12))) - headroom)
+
+
+def _memory_blocks(cost: StageCost, f: Action, scale: float) -> list[tuple[str, int, Action, Action | None]]:
+    """One microbatch's activations on a chunk as held blocks (name, scaled demand, from, until): the
+    level is mem_B from F's start to B's end, mem_W from there to W's end and mem_kept after that (the
+    loss chunk under torch's runtime). `from` is the F (its start) or the B (its end); `until` None is the
+    end of the iteration. Demands round down (see add_memory)."""
+    def down(x: float) -> int:
+        return math.floor(x * scale * (1 + 1e-12))
+
+    b, w = Action(f.chunk, Kind.B, f.microbatch), Action(f.chunk, Kind.W, f.microbatch)
+    low = min(cost.mem_B, cost.mem_W)
+    kept = min(cost.mem_kept or 0.0, low)
+    return [("until_B", down(cost.mem_B - low), f, b), ("until_W", down(low - kept), f, w),
+            ("B_to_W", down(cost.mem_W - low), b, w), ("kept", down(kept), w, None)]
 
 
 def add_rank_windows(
@@ -238,6 +266,8 @@ def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[
         model.add_hint(v.start[a], s)
     for size, src, until in v.held:
         model.add_hint(size, starts[until] + dur[until] - starts[src])
+    for size, src, until in v.held_after:
+        model.add_hint(size, starts[until] + dur[until] - starts[src] - dur[src])
     firsts, lasts = [], []
     for r in range(grid.num_ranks):
         mine = [ps.action for ps in grid.passes if ps.rank == r]

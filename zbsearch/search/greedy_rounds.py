@@ -16,7 +16,7 @@ still held).
 
 from __future__ import annotations
 
-from ..core.ir import Kind
+from ..core.ir import Kind, linear
 from ..core.memory import MemoryLimit
 from ..core.profile import Profile
 from ..sim.rank_state import ChunkProgress, RankClock
@@ -31,7 +31,8 @@ class RoundsEngine:
     def __init__(self, profile: Profile, m: int, limit: MemoryLimit, options: GreedyOptions) -> None:
         p = profile.num_stages
         self.p, self.m, self.opt = p, m, options
-        self.chunks = [ChunkProgress(stage, m) for stage in profile.stages]
+        placement = linear(p)
+        self.chunks = [ChunkProgress(profile.chunk_cost(placement, j), m) for j in range(p)]
         self.clocks = [RankClock() for _ in range(p)]
         self.cap = list(limit.per_rank)
         # hop[j]: activation j -> j+1 and its gradient j+1 -> j (the profile's link time between them).

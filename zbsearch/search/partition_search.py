@@ -22,7 +22,7 @@ from ..core.ir import Placement
 from ..core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
 from ..core.partition import check_counts, partition_profile, route_length, split_meta
 from ..core.profile import Profile
-from .bounds import objective_bound, rank_bounds
+from .bounds import bound_passes, objective_bound, rank_bounds
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
 from .split_enumerate import bound_input, refined_bound
@@ -86,7 +86,7 @@ class SplitSearch:
                 problem.check_feasible()
             except InfeasibleError:
                 return math.inf
-            own = objective_bound(rank_bounds(problem, problem.passes), problem.objective)
+            own = objective_bound(rank_bounds(problem, bound_passes(problem)), problem.objective)
             return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
         return bound
 

@@ -168,6 +168,7 @@ def on_grid(problem: Problem, step: float) -> Problem:
     for c in range(pl.num_chunks):
         cost = prof.chunk_cost(pl, c)
         chunks.append(StageCost(down(cost.F), down(cost.B), down(cost.W), cost.mem_B, cost.mem_W))
+    # The chunks already carry the overhead and the memory model: the grid profile must not add them again.
     grid_profile = replace(prof, chunks=tuple(chunks), comm=tuple(down(c) for c in prof.comm),
-                           time_unit=f"{step:g} {prof.time_unit}")
+                           time_unit=f"{step:g} {prof.time_unit}", action_overhead=0.0, memory_model="paper")
     return replace(problem, profile=grid_profile)

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .bounds import RankBound, objective_bound, overlap_relaxation, rank_bounds
+from .bounds import RankBound, bound_passes, fusion_saves, objective_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
 from ..core.errors import InfeasibleError, ZbsearchError
 from ..core.ir import Action, Kind, Schedule, build
@@ -102,16 +102,57 @@ def split_backward(schedule: Schedule) -> Schedule:
     return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
 
 
-def one_at_a_time(problem: Problem) -> Schedule:
+def fuse_adjacent(schedule: Schedule) -> Schedule:
+    """The same orders with every B directly followed on its rank by the W of the same chunk and
+    microbatch written as one fused backward (torch's B): one action instead of two."""
+    ranks = []
+    for rank in schedule.ranks:
+        out: list[Action] = []
+        for action in rank:
+            last = out[-1] if out else None
+            if (action.kind is Kind.W and last is not None and last.kind is Kind.B and last.chunk == action.chunk
+                    and last.microbatch == action.microbatch):
+                out[-1] = Action(action.chunk, Kind.FULL_B, action.microbatch)
+            else:
+                out.append(action)
+        ranks.append(out)
+    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
+
+
+def fuse_if_faster(problem: Problem, best: Schedule, best_tl: Timeline, best_obj: float,
+                   details: dict[str, Any]) -> tuple[Schedule, Timeline, float]:
+    """`best` with its adjacent B and W fused when that is faster and still fits (it always holds no more
+    between them), else `best` unchanged."""
+    fused = fuse_adjacent(best)
+    if fused.ranks == best.ranks:
+        return best, best_tl, best_obj
+    report = check(fused, problem.profile, problem.limit)
+    if not report.ok or report.timeline is None:
+        return best, best_tl, best_obj
+    obj = objective_of(report.timeline, problem.objective)
+    if obj >= best_obj:
+        return best, best_tl, best_obj
+    details["fused_backwards"] = sum(a.kind is Kind.FULL_B for rank in fused.ranks for a in rank)
+    return fused, report.timeline, obj
+
+
+def one_at_a_time(problem: Problem, weights_at_once: bool = False, fused: bool = False) -> Schedule:
     """Microbatches strictly one after another: slow, but it fits the smallest feasible limit, so the
-    solver always has a valid start."""
+    solver always has a valid start. With `weights_at_once`, each W runs right after its B; `fused`, as
+    one fused backward (what the smallest limit needs when B leaves more held than F, as under torch's
+    runtime memory)."""
     ranks: list[list[Action]] = [[] for _ in range(problem.num_ranks)]
     pl, m = problem.placement, problem.num_microbatches
     for i in range(m):
         route = pl.route(i, m)
-        for kind, chunks in ((Kind.F, route), (Kind.B, tuple(reversed(route))), (Kind.W, route)):
-            for c in chunks:
-                ranks[pl.chunk_to_rank[c]].append(Action(c, kind, i))
+        for c in route:
+            ranks[pl.chunk_to_rank[c]].append(Action(c, Kind.F, i))
+        for c in reversed(route):
+            ranks[pl.chunk_to_rank[c]].append(Action(c, Kind.FULL_B if fused else Kind.B, i))
+            if weights_at_once and not fused:
+                ranks[pl.chunk_to_rank[c]].append(Action(c, Kind.W, i))
+        for c in route if not (weights_at_once or fused) else ():
+            ranks[pl.chunk_to_rank[c]].append(Action(c, Kind.W, i))
     return build("one-at-a-time", pl, m, ranks)
 
 
@@ -128,6 +169,10 @@ def heuristic_start(problem: Problem) -> tuple[str, Schedule, Timeline]:
             return name, s, t
     fallback = one_at_a_time(problem)
     report = check(fallback, problem.profile, problem.limit)
+    for options in ({"weights_at_once": True}, {"fused": True}):
+        if not report.ok:
+            fallback = one_at_a_time(problem, **options)
+            report = check(fallback, problem.profile, problem.limit)
     if not report.ok:
         raise ZbsearchError(f"no heuristic produced a valid schedule ({report.problems[0]}); this is a bug, please report it")
     assert report.timeline is not None
@@ -148,13 +193,19 @@ def solve(
     start = best
     best_obj = heuristic_obj = objective_of(best_tl, problem.objective)
     real_bounds = rank_bounds(problem, problem.passes)
-    # Where the profile gives an F&B pair time, a pass in a pair takes less than its own time: the
-    # proven bound is then the passes' at their shortest, and CP-SAT's (its model has no pairs) is unused.
-    pairs = problem.profile.gives_overlap
-    lb = objective_bound(rank_bounds(problem, overlap_relaxation(problem)) if pairs else real_bounds, problem.objective)
+    # Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
+    # fused backward costs less than B and W apart (an action overhead, a measured full backward), a
+    # fused one beats the split pair. The proven bound is then the passes' at their shortest
+    # (bounds.bound_passes), and CP-SAT's (its model has neither pairs nor fused backwards) is unused.
+    pairs, fusing = problem.profile.gives_overlap, fusion_saves(problem)
+    relaxed = pairs or fusing
+    lb = objective_bound(rank_bounds(problem, bound_passes(problem)) if relaxed else real_bounds, problem.objective)
     details: dict[str, Any] = {"cpsat_status": "not run"}
     if pairs:
         details["cpsat_bound"] = "not used: the profile gives an F&B overlap time and the CP-SAT model has no pairs"
+    elif fusing:
+        details["cpsat_bound"] = ("not used: a fused backward costs less than B and W apart here and the CP-SAT model "
+                                  "splits every backward")
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
 
@@ -173,9 +224,9 @@ def solve(
             break
         step = exact if exact is not None else choose_step(problem, res)
         outcome = _grid_round(problem, real_bounds, best, best_tl, step, t0, deadline, workers, seed, lb, best_obj,
-                              progress, trust_bound=not pairs)
+                              progress, trust_bound=not relaxed)
         rounds.append({"grid_step": step, "cpsat_status": outcome.status, "cpsat_seconds": round(outcome.wall, 2)})
-        if not pairs:
+        if not relaxed:
             lb = max(lb, outcome.bound)
         if outcome.rejected:
             rounds[-1]["rejected"] = outcome.rejected
@@ -193,6 +244,8 @@ def solve(
     if rounds:
         details.update(rounds[-1])
         details["grid_rounds"] = rounds
+    if fusing:
+        best, best_tl, best_obj = fuse_if_faster(problem, best, best_tl, best_obj, details)
     status = "optimal" if best_obj <= lb * (1 + OPTIMAL_RTOL) else "feasible"
     meta = dict(best.meta, solver="zbsearch", start_heuristic=name, objective=problem.objective)
     schedule = Schedule("zbsearch" if best is not start else name, best.placement, best.num_microbatches, best.ranks, meta)

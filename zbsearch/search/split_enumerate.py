@@ -127,8 +127,8 @@ def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, o
     """What the bound over every split reads, from the strings a user typed."""
     text = (mem_limit or "none").strip().lower()
     multiple = float(text[:-1] or 1) if text.endswith(P_UNIT) else None
-    comm = profile.comm if profile.link_bandwidth is None else tuple(
-        layer.out_bytes / profile.link_bandwidth for layer in (profile.layers or ())[:-1])
+    comm = profile.comm if profile.message_time(0.0) is None else tuple(
+        profile.message_time(layer.out_bytes) or 0.0 for layer in (profile.layers or ())[:-1])
     return SplitBoundInput(tuple(profile.layers or ()), placement, profile.microbatches, objective,
                            min(comm, default=0.0), byte_cap(mem_limit, profile, headroom), multiple)
 

@@ -4,7 +4,8 @@ advance these objects pass by pass.
 Timing: a pass starts when its rank is free and its inputs have arrived, and ends its duration later
 (`RankClock.run`). Memory, the Zero Bubble paper's rule: a microbatch holds mem_B on a chunk from the
 start of its F to the end of its B, then mem_W until the end of its W; a full backward frees mem_B at
-its end. The simulator follows the rule as events in time (`memory_delta`, summed along the rank).
+its end. Under the torch-runtime memory model (core/calibration.py) mem_W may exceed mem_B (B then
+raises the level at its end), and on the loss chunk `mem_kept` stays after W until the iteration ends. The simulator follows the rule as events in time (`memory_delta`, summed along the rank).
 The greedy engines, which must decide whether one more forward fits under a limit, apply it to counts
 (`ChunkProgress.held`): the level is rebuilt from integer counts rather than summed, so a schedule that
 sits exactly on its limit compares exactly.
@@ -50,11 +51,12 @@ def overlap_time(passes: Iterable[tuple[StageCost, Kind]]) -> float:
 
 def memory_delta(cost: StageCost, kind: Kind) -> tuple[float, float]:
     """(allocated at start, freed at end) for one pass of this kind."""
+    kept = cost.mem_kept or 0.0  # after W, held until the iteration ends (calibration.running_cost)
     return {
         Kind.F: (cost.mem_B, 0.0),
         Kind.B: (0.0, cost.mem_B - cost.mem_W),
-        Kind.W: (0.0, cost.mem_W),
-        Kind.FULL_B: (0.0, cost.mem_B),
+        Kind.W: (0.0, cost.mem_W - kept),
+        Kind.FULL_B: (0.0, cost.mem_B),  # a fused backward frees its whole graph
     }[kind]
 
 
@@ -79,7 +81,8 @@ class ChunkProgress:
         """Memory held now, or after `more_forwards` further F and `fewer_weights` further W passes."""
         waiting_b = self.forwards + more_forwards - self.backwards
         waiting_w = self.backwards - self.weights - fewer_weights
-        return waiting_b * self.cost.mem_B + waiting_w * self.cost.mem_W
+        done = (self.weights + fewer_weights) * (self.cost.mem_kept or 0.0)
+        return waiting_b * self.cost.mem_B + waiting_w * self.cost.mem_W + done
 
     def duration(self, kind: Kind) -> float:
         if kind is Kind.F:

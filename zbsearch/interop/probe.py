@@ -1,0 +1,136 @@
+"""What a worker of `zbsearch run` can measure besides pass times: one-way message times between two
+ranks (a ping-pong over the run's own process group), and the activation memory torch's runtime holds.
+
+Memory, on a CPU: the bytes of the distinct tensors (by storage) that the runtime keeps for backward
+passes still to come, sampled after every action of one untimed step: the tensors autograd saved
+(saved-tensor hooks) while the graph still holds them (each is packed into a holder object whose
+lifetime is the graph's, so a tensor that something else keeps alive, such as a receive buffer the
+runtime reuses, stops counting when its graph lets it go), the stage's forward cache (its inputs and outputs kept for
+the backward) and its backward state (what I keeps for W: the stage output, the gradients it received
+and the intermediate gradients stored for the weight step). Parameters and buffers are left out. On a
+GPU: the allocator's peak over the step (torch.cuda.max_memory_allocated) above what was allocated
+when it started, so transients inside a pass are included there.
+
+torch is passed in by the worker; nothing here imports it at module level.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from typing import Any, Iterator, Sequence
+
+PING_REPEATS = 20  # timed round trips per size, after 3 untimed ones
+
+
+def pingpong(torch: Any, dist: Any, rank: int, sizes: Sequence[int], device: Any,
+             repeats: int = PING_REPEATS) -> list[list[float]]:
+    """[[bytes, one-way seconds], ...]: half the median round trip of a message between ranks 0 and 1
+    (isend/irecv and wait, as torch's pipelining runtime sends), for every size. Other ranks only wait."""
+    out = []
+    for nbytes in sizes:
+        buf = torch.zeros(max(1, int(nbytes) // 4), dtype=torch.float32, device=device)
+        times = []
+        for i in range(repeats + 3):
+            dist.barrier()
+            if rank > 1:
+                continue
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.isend(buf, 1).wait()
+                dist.irecv(buf, 1).wait()
+            else:
+                dist.irecv(buf, 0).wait()
+                dist.isend(buf, 0).wait()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        if rank == 0:
+            out.append([float(buf.numel() * 4), statistics.median(times) / 2])
+    return out
+
+
+def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Every tensor inside nested tuples, lists and dicts (a stage's caches), a few levels deep."""
+    if depth > 6:
+        return
+    if hasattr(value, "untyped_storage"):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v, depth + 1)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v, depth + 1)
+
+
+class _Held:
+    """A saved tensor as the autograd graph keeps it: alive exactly as long as the graph holds it."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def _key(t: Any) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.nbytes()
+
+
+class MemoryProbe:
+    """Tracks the activation bytes one rank's stages hold, as a peak over the samples (see the module
+    docstring). Use `hooks()` around the step and call `sample()` after every action."""
+
+    def __init__(self, torch: Any, stages: Sequence[Any], device: Any) -> None:
+        self.torch, self.stages, self.cuda = torch, list(stages), device.type == "cuda"
+        self.static = {_key(t)[0] for st in self.stages for t in list(st.submod.parameters()) + list(st.submod.buffers())}
+        self.saved: dict[int, tuple[int, list[Any]]] = {}
+        self.peak = 0.0
+        self.start = 0.0
+
+    def _pack(self, t: Any) -> Any:
+        held = _Held(t)
+        ptr, nbytes = _key(t)
+        if nbytes and ptr not in self.static:
+            refs = self.saved.setdefault(ptr, (nbytes, []))[1]
+            refs.append(weakref.ref(held))
+        return held
+
+    def hooks(self) -> Any:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+            self.start = float(self.torch.cuda.memory_allocated())
+        return self.torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor)
+
+    def held(self) -> float:
+        """Bytes held now: saved tensors still alive plus the stages' caches, each storage once."""
+        found: dict[int, int] = {}
+        for ptr, (nbytes, refs) in list(self.saved.items()):
+            alive = [r for r in refs if r() is not None]
+            if alive:
+                found[ptr] = nbytes
+                refs[:] = alive
+            else:
+                del self.saved[ptr]
+        for st in self.stages:
+            for cache in (st.fwd_cache, st.backward_state):
+                for t in _tensors(cache):
+                    ptr, nbytes = _key(t)
+                    if nbytes and ptr not in self.static:
+                        found[ptr] = nbytes
+        return float(sum(found.values()))
+
+    def sample(self) -> None:
+        if not self.cuda:
+            self.peak = max(self.peak, self.held())
+
+    def finish(self) -> float:
+        """The step's peak in bytes."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.peak = float(self.torch.cuda.max_memory_allocated()) - self.start
+        return self.peak
