@@ -33,7 +33,7 @@ from ..core.ir import Kind, Placement
 from ..core.memory import MemoryLimit
 from ..core.profile import Profile
 from ..sim.rank_state import ChunkProgress, RankClock
-from .greedy_memory import admits, inflight_caps, level
+from .greedy_memory import RouteArrivals, admits, inflight_caps, level
 from .greedy_options import CannotFit, EngineResult
 
 
@@ -67,7 +67,7 @@ class ChunkedOptions:
         return ",".join(parts)
 
 
-class ChunkedEngine:
+class ChunkedEngine(RouteArrivals):
     """One run: a `ChunkProgress` per route position, a `RankClock` per rank, each rank's held W
     (route positions, in B order), whether it has started its steady state and what it wants next."""
 
@@ -183,26 +183,6 @@ class ChunkedEngine:
     def _f_can_come(self, r: int) -> bool:
         return self._f_left(r) and any(self.chunks[k].forwards < self.m and self.admissible(r, k)
                                        for k in self.on_rank[r])
-
-    def f_arrival(self, k: int) -> float | None:
-        i = self.chunks[k].forwards
-        if i >= self.m:
-            return None
-        if k == 0:
-            return 0.0
-        t = self.chunks[k - 1].f_end[i]
-        return None if t < 0 else t + self.hop[k - 1]
-
-    def b_arrival(self, k: int) -> float | None:
-        chunk = self.chunks[k]
-        i = chunk.backwards
-        if i >= chunk.forwards:
-            return None
-        own = chunk.f_end[i]
-        if k == len(self.chunks) - 1:
-            return own
-        t = self.chunks[k + 1].b_end[i]
-        return None if t < 0 else max(own, t + self.hop[k])
 
     def arrival_estimate(self, r: int, kind: Kind) -> float:
         """Earliest the next pass of `kind` on rank r can have its input: a known arrival, else the

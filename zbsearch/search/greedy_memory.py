@@ -63,3 +63,33 @@ def inflight_caps(chunks: list[ChunkProgress], hop: list[float], on_rank: list[l
         tail[k] = tail[k + 1] + c.F + c.B + (2 * hop[k] if k < n - 1 else 0.0)
     period = max(sum(chunks[k].cost.F + chunks[k].cost.B + chunks[k].cost.W for k in ks) for ks in on_rank)
     return [max(1.0, math.ceil(factor * tail[ks[0]] / period)) if period > 0 else math.inf for ks in on_rank]
+
+
+class RouteArrivals:
+    """When the inputs of a single-route engine's next passes arrive. The engine keeps `chunks` (one
+    ChunkProgress per route position), `hop` (the hop after each position) and `m`."""
+
+    chunks: Sequence[ChunkProgress]
+    hop: Sequence[float]
+    m: int
+
+    def f_arrival(self, k: int) -> float | None:
+        """When the input of position k's next F arrives; None if not known yet or none is left."""
+        i = self.chunks[k].forwards
+        if i >= self.m:
+            return None
+        if k == 0:
+            return 0.0
+        t = self.chunks[k - 1].f_end[i]
+        return None if t < 0 else t + self.hop[k - 1]
+
+    def b_arrival(self, k: int) -> float | None:
+        """When the gradient for position k's next B arrives (no sooner than its own F ends)."""
+        chunk = self.chunks[k]
+        i = chunk.backwards
+        if i >= chunk.forwards:
+            return None
+        if k == len(self.chunks) - 1:
+            return chunk.f_end[i]
+        t = self.chunks[k + 1].b_end[i]
+        return None if t < 0 else max(chunk.f_end[i], t + self.hop[k])

@@ -36,7 +36,7 @@ from ..core.ir import Kind, Placement
 from ..core.memory import MemoryLimit
 from ..core.profile import Profile
 from ..sim.rank_state import ChunkProgress, RankClock
-from .greedy_memory import admits, inflight_caps
+from .greedy_memory import RouteArrivals, admits, inflight_caps
 from .greedy_options import CannotFit, EngineResult, fits
 
 # Re-runs with the previous run's bubbles approved, at most (the paper's recursion stops by itself
@@ -107,7 +107,7 @@ def run_v(profile: Profile, m: int, limit: MemoryLimit, placement: Placement, op
     return best
 
 
-class VRounds:
+class VRounds(RouteArrivals):
     """One run. Route positions: rank i holds position i (chunk 0) and 2p-1-i (chunk 1)."""
 
     def __init__(self, profile: Profile, m: int, limit: MemoryLimit, placement: Placement, options: VOptions,
@@ -300,25 +300,6 @@ class VRounds:
         if not self.opt.safe_admit:
             return fits(self.level(r) + self.chunks[k].cost.mem_B, self.cap[r])
         return admits(self.chunks, (r, 2 * self.p - 1 - r), k, self.cap[r])
-
-    def f_arrival(self, k: int) -> float | None:
-        i = self.chunks[k].forwards
-        if i >= self.m:
-            return None
-        if k == 0:
-            return 0.0
-        t = self.chunks[k - 1].f_end[i]
-        return None if t < 0 else t + self.hop[k - 1]
-
-    def b_arrival(self, k: int) -> float | None:
-        chunk = self.chunks[k]
-        i = chunk.backwards
-        if i >= chunk.forwards:
-            return None
-        if k == 2 * self.p - 1:
-            return chunk.f_end[i]
-        t = self.chunks[k + 1].b_end[i]
-        return None if t < 0 else max(chunk.f_end[i], t + self.hop[k])
 
     def put(self, k: int, kind: Kind) -> bool:
         """Append the next pass of `kind` at route position k to its rank, timed as the simulator
