@@ -175,3 +175,16 @@ def test_more_chunks_than_layers_is_a_clear_error(rule):
     prof = layered(random_layers(5, 1), 4)
     with pytest.raises(PartitionError, match="the model has 5 layers but placement 'v' on 3 ranks has 6 chunks"):
         search_splits(SplitRequest(prof, 3, ("v",), None, "makespan", rule), time_limit=2)
+
+
+def test_a_cap_no_split_fits_names_the_least_cap_that_does():
+    # Static bytes + mem_B per layer: 1 + 2 (embedding), then 2 + 3 or so; min-max over 2 stages.
+    prof = layered(random_layers(6, 4), 3)
+    per_layer = [layer.static_bytes + layer.mem_B for layer in prof.layers]
+    least = min(max(sum(per_layer[:k]), sum(per_layer[k:])) for k in range(1, 6))
+    with pytest.raises(InfeasibleError, match=r"infeasible for every split tried: on one stage per rank the least any "
+                       rf"split needs is {math.ceil(least / GiB * 100) / 100:g} GiB per rank"):
+        search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB - 0.5:g}GiB", "makespan", "auto"),
+                      time_limit=2)
+    fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), time_limit=2)
+    assert all(rank["fits"] for rank in fits.details["partition"]["ranks"])

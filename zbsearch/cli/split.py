@@ -41,8 +41,9 @@ def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, 
                 progress: "callable[[Progress], None] | None") -> SolveResult:
     names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
     request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
-    with naming_subjects({"--partition": "layers per chunk"}), naming(
-            {"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True):
+    # Innermost first: an error about the counts is --partition's even when it quotes the placement.
+    with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
+            naming_subjects({"--partition": "layers per chunk"}):
         return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
 
 

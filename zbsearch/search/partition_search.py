@@ -25,6 +25,7 @@ from ..core.profile import Profile
 from .bounds import bound_passes, objective_bound, rank_bounds
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
+from ..profiling.partition import linear_partition
 from .split_enumerate import bound_input, refined_bound
 from .split_candidates import (
     balanced_counts, even_counts, memory_capped_counts, neighbours, parse_rule, rank_balanced, rank_work,
@@ -219,17 +220,28 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
 def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
     prof = request.profile
     cap = byte_cap(request.mem_limit, prof, request.headroom)
-    if cap is not None:
-        heavy = max(prof.layers or (), key=lambda layer: layer.static_bytes + layer.mem_B)
-        need = heavy.static_bytes + heavy.mem_B
-        if need > cap:
-            return InfeasibleError(
-                f"memory limit {request.mem_limit} is infeasible for any split: layer {heavy.name!r} alone needs "
-                f"{need / 2**30:.3g} GiB (static bytes plus one microbatch of activations) but a rank has "
-                f"{cap / 2**30:.3g} GiB: raise the limit above {need / 2**30:.3g} GiB or use more ranks")
-    if search.refused:
-        return search.refused[0]
-    return PartitionError("no split of the layers fits the placements asked for")
+    if cap is None:
+        return search.refused[0] if search.refused else PartitionError("no split of the layers fits")
+    gib = 2**30
+    layers = prof.layers or ()
+    heavy = max(layers, key=lambda layer: layer.static_bytes + layer.mem_B)
+    need = heavy.static_bytes + heavy.mem_B
+    if need > cap:
+        return InfeasibleError(
+            f"memory limit {request.mem_limit} is infeasible for any split: layer {heavy.name!r} alone needs "
+            f"{need / gib:.3g} GiB (static bytes plus one microbatch of activations) but a rank has "
+            f"{cap / gib:.3g} GiB: raise the limit above {need / gib:.3g} GiB or use more ranks")
+    # One microbatch at a time on one stage per rank: the least cap some split fits is a min-max split
+    # of static bytes plus activations (exact, as the profiler's time DP is for time).
+    per_layer = [layer.static_bytes + layer.mem_B for layer in layers]
+    counts = linear_partition(per_layer, request.num_ranks) if len(layers) >= request.num_ranks else None
+    if counts is None:
+        return search.refused[0] if search.refused else PartitionError("no split of the layers fits")
+    least = max(sum(per_layer[sum(counts[:r]):sum(counts[:r + 1])]) for r in range(len(counts)))
+    return InfeasibleError(
+        f"memory limit {request.mem_limit} is infeasible for every split tried: on one stage per rank the least "
+        f"any split needs is {math.ceil(least / gib * 100) / 100:g} GiB per rank (static bytes plus one "
+        f"microbatch, layers per stage {','.join(map(str, counts))}); raise the limit to at least that")
 
 
 def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: float,
