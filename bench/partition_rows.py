@@ -23,6 +23,8 @@ from zbsearch.core.partition import partition_profile, route_length
 from zbsearch.core.profile import Profile
 from zbsearch.search.partition_search import SplitRequest, search_splits
 from zbsearch.search.split_candidates import balanced_counts, even_counts
+from zbsearch.search.split_report import rank_totals
+from zbsearch.sim.summary import imbalance as work_imbalance
 from zbsearch.sim.validate import MEMORY_RTOL, validate
 
 GiB = 2**30
@@ -58,12 +60,7 @@ def _counts(rule: str, prof: Profile, placement: Any) -> tuple[int, ...]:
 
 def imbalance(tl: Any) -> float:
     """1 - mean rank work / the busiest rank's: the bubble the split alone forces."""
-    work = [tl.work(r) for r in range(tl.num_ranks)]
-    return 1 - sum(work) / len(work) / max(work)
-
-
-def _peaks(tl: Any, prof: Profile) -> tuple[float, ...]:
-    return tuple(tl.peak_memory(r) + (prof.stages[r].static_bytes or 0.0) for r in range(tl.num_ranks))
+    return work_imbalance([tl.work(r) for r in range(tl.num_ranks)])
 
 
 def handcrafted(prof: Profile, p: int, cap: str, rule: str) -> Plan:
@@ -85,7 +82,7 @@ def handcrafted(prof: Profile, p: int, cap: str, rule: str) -> Plan:
         except ScheduleError:
             continue
         assert tl is not None
-        peaks = _peaks(tl, split)
+        peaks = tuple(rank_totals(tl))
         over = max(tl.peak_memory(r) - limit.per_rank[r] * (1 + MEMORY_RTOL) for r in range(p))
         if over > 0:
             if closest is None or max(peaks) < closest[0]:
@@ -110,7 +107,7 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
         return Plan(label, note=f"infeasible: {exc}", seconds=time.monotonic() - t0)
     split = res.problem.profile
     plan = Plan(label, res.schedule.name, res.problem.placement.name,
-                tuple(res.details["partition"]["layers_per_chunk"]), res.objective, _peaks(res.timeline, split),
+                tuple(res.details["partition"]["layers_per_chunk"]), res.objective, tuple(rank_totals(res.timeline)),
                 all(r["fits"] for r in res.details["partition"]["ranks"]), time.monotonic() - t0)
     plan.extra = {"any_split_bound": res.details["any_split_bound"], "status": res.status,
                   "imbalance": imbalance(res.timeline), "origin": res.details.get("split_origin", rule),
@@ -126,4 +123,4 @@ def tight_cap(prof: Profile, p: int) -> float:
     split = partition_profile(prof, sched.placement, _counts("balanced", prof, sched.placement))
     tl = validate(sched, split, None)
     assert tl is not None
-    return math.floor(0.9 * _peaks(tl, split)[0] / GiB)
+    return math.floor(0.9 * rank_totals(tl)[0] / GiB)

@@ -79,9 +79,8 @@ def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | N
         return no_limit(profile)
     p = profile.num_stages
     s = text.strip()
-    m = _P_RE.match(s)
-    if m:
-        factor = float(m.group(1)) if m.group(1) else 1.0
+    factor = p_multiple(s)
+    if factor is not None:
         if factor <= 0:
             raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p")
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
@@ -204,6 +203,18 @@ def _amount(x: float, unit: str, up: bool) -> str:
     text = f"{x:.{decimals}f}"
     text = text.rstrip("0").rstrip(".") if "." in text else text
     return f"{text}p" if unit == P_UNIT else f"{text} {unit}"
+
+
+def p_multiple(text: str | None) -> float | None:
+    """N of a limit written as a multiple of p (`2p`, `1.5p`, `p`), else None.
+
+    >>> p_multiple("1.5p"), p_multiple("p"), p_multiple("48GiB")
+    (1.5, 1.0, None)
+    """
+    m = _P_RE.match(text or "")
+    if not m:
+        return None
+    return float(m.group(1)) if m.group(1) else 1.0
 
 
 def byte_cap(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> float | None:

@@ -27,6 +27,7 @@ from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
 from ..profiling.partition import linear_partition
 from .split_enumerate import bound_input, refined_bound
+from .split_report import rank_totals, split_facts
 from .split_candidates import (
     balanced_counts, even_counts, memory_capped_counts, neighbours, parse_rule, rank_balanced, rank_work,
 )
@@ -262,7 +263,7 @@ def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: fl
 def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
             rule: str, deadline: float | None) -> SolveResult:
     """The best result, with the bound over every split and the split's description."""
-    best = min(results, key=lambda r: (r.objective, _peak(r)))
+    best = min(results, key=lambda r: (r.objective, max(rank_totals(r.timeline))))
     any_split, how = any_split_bound_of(request, search, best.objective, deadline)
     best.details["own_split_bound"] = best.lower_bound
     best.details["any_split_bound"] = any_split
@@ -275,14 +276,7 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
     best.details["splits_scored"] = len(search.scored)
     best.solve_seconds = time.monotonic() - t0
     best.details["partition_rule"] = rule
-    from .split_report import split_facts
-
     best.details["partition"] = split_facts(best)
     best.schedule.meta["partition"] = split_meta(best.problem.profile)
     return best
 
-
-def _peak(result: SolveResult) -> float:
-    prof = result.problem.profile
-    return max(result.timeline.peak_memory(r) + (prof.stages[r].static_bytes or 0.0)
-               for r in range(result.problem.num_ranks))

@@ -84,14 +84,10 @@ def _memory_time(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, in
 
 def _in_flight(s: _Sums, data: SplitBoundInput, i: int, j: int) -> float:
     """How many microbatches' activations rank layers i..j-1 can hold before any backward frees one."""
-    mem = s("mem_B", i, j)
-    if mem <= 0:
+    mem, room = s("mem_B", i, j), _room(s, data, [(i, j)])
+    if mem <= 0 or math.isinf(room):
         return math.inf
-    if data.byte_cap is not None:
-        return max(0.0, math.floor((data.byte_cap - s("static_bytes", i, j)) / mem * (1 + 1e-9)))
-    if data.multiple is not None:
-        return math.floor(data.multiple * data.placement.num_ranks * (1 + 1e-9))
-    return math.inf
+    return max(0.0, math.floor(room / mem * (1 + 1e-9)))
 
 
 def _linear_rank(s: _Sums, data: SplitBoundInput, r: int, i: int, j: int) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..core.ir import Placement
-from ..core.memory import P_UNIT, byte_cap
+from ..core.memory import byte_cap, p_multiple
 from ..core.profile import Profile
 from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_rank, any_split_bound
 
@@ -125,8 +125,7 @@ def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline
 def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, objective: str,
                 headroom: float) -> SplitBoundInput:
     """What the bound over every split reads, from the strings a user typed."""
-    text = (mem_limit or "none").strip().lower()
-    multiple = float(text[:-1] or 1) if text.endswith(P_UNIT) else None
+    multiple = p_multiple(mem_limit)
     comm = profile.comm if profile.message_time(0.0) is None else tuple(
         profile.message_time(layer.out_bytes) or 0.0 for layer in (profile.layers or ())[:-1])
     return SplitBoundInput(tuple(profile.layers or ()), placement, profile.microbatches, objective,

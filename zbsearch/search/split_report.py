@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..sim.simulate import Timeline
 from .solve import SolveResult
+
+
+def rank_totals(timeline: Timeline) -> list[float]:
+    """Each rank's whole memory at its peak: static bytes plus peak activations."""
+    stages = timeline.profile.stages
+    return [(stages[r].static_bytes or 0.0) + timeline.peak_memory(r) for r in range(timeline.num_ranks)]
 
 
 def layer_range(names: tuple[str, ...]) -> str:
