@@ -118,3 +118,36 @@ def test_start_and_end_idle_on_a_v_shape_middle_rank():
     assert rb.end_idle == pytest.approx(80.0, rel=1e-6)
     assert rb.disjoint
     assert rb.end == pytest.approx(175 + 6720 + 280, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed,placement,limit,objective", [
+    (0, "v", "0.5p", "makespan"), (1, "v", "0.5p", "span"), (2, "v", "0.75p", "makespan"), (3, "v", "1p", "span"),
+    (4, "interleaved:2", "0.5p", "makespan"), (5, "interleaved:2", "0.75p", "span"), (6, "dualpipe", "0.75p", "span"),
+    (7, "v", "0.5p", "span"),
+])
+def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, seed, placement, limit, objective):
+    """Chunked placements at tight limits, where the start, round-trip and end idle bind: CP-SAT, told
+    nothing by the analytic bounds (they are replaced by zeros in the model and the stopping rule),
+    proves the optimum of integer-time instances; the real bound must not exceed it."""
+    import zbsearch.search.cpsat as cpsat_module
+    import zbsearch.search.solve as solve_module
+    from zbsearch.search.bounds import RankBound
+
+    def nothing(problem, passes):  # only each rank's head: the longest path to its first pass
+        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
+
+    rng = random.Random(300 + seed)
+    p, m = rng.choice([2, 3]), rng.choice([2, 3, 4])
+    if placement == "dualpipe":
+        p, m = 2, 4  # its routes take half the microbatches each
+    stages = [{"F": rng.randint(2, 6), "B": rng.randint(2, 7), "W": rng.randint(1, 5), "mem_B": rng.choice([1.0, 2.0]),
+               "mem_W": rng.choice([0.0, 0.5])} for _ in range(p)]
+    prof = Profile.from_dict({"stages": stages, "comm": rng.randint(0, 2), "microbatches": m,
+                              "source": {"kind": "estimated", "method": "random test"}})
+    problem = make_problem(prof, limit, objective, placement)
+    bound = lower_bound(problem)
+    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
+    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
+    result = solve_module.solve(problem, time_limit=20)
+    assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
+    assert bound <= result.objective + 1e-9

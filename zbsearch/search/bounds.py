@@ -43,11 +43,14 @@ class RankBound:
     end_idle: float
     disjoint: bool  # whether the two idle windows are known not to overlap
     memory_time: float = 0.0  # shortest window the rank's activations fit in under its limit
+    trip_idle: float = 0.0  # idle before the first B of the rank's first chunk on a route
+    trip_disjoint: bool = False  # whether that window and the end idle's are known not to overlap
 
     @property
     def span(self) -> float:
         idle = self.start_idle + self.end_idle if self.disjoint else max(self.start_idle, self.end_idle)
-        return max(self.work + idle, self.memory_time)
+        trip = self.trip_idle + self.end_idle if self.trip_disjoint else max(self.trip_idle, self.end_idle)
+        return max(self.work + max(idle, trip), self.memory_time)
 
     @property
     def end(self) -> float:
@@ -117,14 +120,19 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
         mine = {c: f for c, f in chunks.items() if f.rank == r}
-        start_idle = end_idle = math.inf
+        start_idle = end_idle = trip_idle = math.inf
+        trip_disjoint = True
         for facts in _route_facts(problem, paths, mine, r):
             start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap))
             end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
+            trip_idle = min(trip_idle, facts.to_own_b - _work_before_own_b(mine, cap, facts.held))
+            first = mine[facts.held[0]]
+            trip_disjoint = trip_disjoint and first.alloc * first.count > cap
         # The windows overlap only if every forward runs before the first backward, so all of
-        # them fit in memory together.
+        # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
-        out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r]))
+        out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
+                             max(0.0, trip_idle), trip_disjoint))
     return out
 
 
@@ -144,6 +152,7 @@ class _RouteFacts:
     to_first_b: float  # the route's first F on the rank starts -> its first B there can start
     after_last_f: float  # the route's last F on the rank ends -> that microbatch's first B there
     held: tuple[int, ...]  # chunks on the rank that one microbatch of this route holds at that moment
+    to_own_b: float = 0.0  # the route's first F on the rank starts -> that chunk's own B can start
 
 
 def _chunk_facts(passes: Sequence[Pass]) -> dict[int, _Chunk]:
@@ -186,8 +195,21 @@ def _route_facts(problem: Problem, paths: dict[int, dict[int, dict[Action, float
         from_first, from_last = per_chunk[here[0]], per_chunk[here[-1]]
         b_starts = [from_first[Action(c, Kind.B, i)] - mine[c].B for c in here]
         back = here[-1]
-        out.append(_RouteFacts(min(b_starts), from_last[Action(back, Kind.B, i)] - mine[back].B - mine[back].F, here))
+        out.append(_RouteFacts(min(b_starts), from_last[Action(back, Kind.B, i)] - mine[back].B - mine[back].F, here,
+                               b_starts[0]))
     return out
+
+
+def _work_before_own_b(mine: dict[int, _Chunk], cap: float, here: tuple[int, ...]) -> float:
+    """Most work a rank can run before the first B of `here[0]`, its first chunk on a route: that
+    chunk frees nothing until then, so at most cap / its alloc microbatches start there, each bringing
+    its F there and its passes on the route's later chunks on the rank; chunks of other routes may run
+    all their work."""
+    first = mine[here[0]]
+    k = first.count if math.isinf(cap) else _fits(cap, first.alloc, first.count)
+    per_microbatch = first.F + sum(mine[c].F + mine[c].B + mine[c].W for c in here[1:])
+    others = sum(f.count * (f.F + f.B + f.W) for c, f in mine.items() if c not in here)
+    return k * per_microbatch + others
 
 
 # Above this many count combinations the fills below use their linear relaxation, which is still

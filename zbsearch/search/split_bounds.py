@@ -5,18 +5,23 @@ For one split, each rank r obeys bounds that depend only on its own layers and o
 and after them on the route (times per microbatch; m microbatches):
 
 - work: the rank runs its passes one at a time, so it is busy m * (F + B + W) of its layers.
-- memory-forced idle (single-chunk ranks): from its first forward to its first backward the rank can
-  only run forwards, and no memory is freed before that backward, so at most k = activation room /
-  mem_B of them; the first backward cannot start before microbatch 0 has gone down the rest of the
-  route and its gradient has come back (forwards and backwards of the later layers, one hop each
-  way). The rank's span is at least that wait plus the work it could not do during it.
+- memory-forced idle: from its first forward to its first backward the rank can only run forwards,
+  and no memory is freed before that backward, so only as many as its activation room holds; the
+  first backward cannot start before microbatch 0 has gone down the rest of the route and its
+  gradient has come back to the rank's last chunk on the route (forwards and backwards of the later
+  layers, one hop per rank crossing). The rank's span is at least that wait plus the work it could
+  not do during it.
 - memory-time: a microbatch's activations on a chunk stay from the start of its F to the end of its
-  B, at least the forwards and backwards of the chunk and every later layer of the route; at most the
-  rank's activation room is held at once, so its span is at least m * sum(mem_B * hold) / room.
+  B, at least the forwards and backwards of the chunk and every later layer of the route and each
+  rank crossing on the way there and back; under the paper's memory model mem_W of them stays until
+  the chunk's W has run too. At most the rank's activation room is held at once, so its span is at
+  least m * sum(held memory * hold) / room.
 - head (makespan only): nothing runs on rank r before microbatch 0's forwards of the earlier layers.
-- backward chain (makespan only, single-chunk ranks): once the rank has done all its forwards and
-  backwards, the last microbatch's gradient still crosses every earlier layer, and rank 0 then runs
-  the weight gradient of layer 0.
+- backward chain (makespan only): once the rank has done all its forwards and backwards (the last
+  of them a B of its first chunk on the route), that microbatch's gradient still crosses every
+  earlier layer, and rank 0 then runs the weight gradient of layer 0.
+
+Times are at their least: a W counts what a fused backward leaves after B when that is shorter.
 
 The bound of a split is the largest rank bound. The smallest of that over all splits is found exactly
 by dynamic programming: over prefixes of layers on the linear placement, and over nested layer ranges
@@ -46,19 +51,23 @@ class SplitBoundInput:
     min_hop: float  # the cheapest hop between two ranks
     byte_cap: float | None  # whole-rank cap (static + activations) of a byte limit; None: see multiple
     multiple: float | None  # N of an `Np` limit (activation room = N * p * the rank's mem_B); None: no limit
+    paper_memory: bool = True  # the paper's memory model, where a chunk holds the sum of its layers' mem_W
 
 
 class _Sums:
-    """Prefix sums of the layers' F, B, W, work, mem_B and static bytes."""
+    """Prefix sums of the layers' F, B, W, work, mem_B, mem_W and static bytes; W at its least (what a
+    fused backward leaves after B, when that is shorter than W), so the bounds hold for fused schedules."""
 
     def __init__(self, layers: Sequence[Layer]) -> None:
         self.n = len(layers)
-        fields = ("F", "B", "W", "work", "mem_B", "static_bytes")
-        self.pre = {f: [0.0] for f in fields}
+        self.pre: dict[str, list[float]] = {f: [0.0] for f in ("F", "B", "W", "work", "mem_B", "mem_W", "static_bytes")}
         for layer in layers:
-            for f in fields:
-                self.pre[f].append(self.pre[f][-1] + getattr(layer, f))
-        self.w0 = layers[0].W if layers else 0.0
+            w = min(layer.W, max(0.0, layer.BW - layer.B))
+            values = {"F": layer.F, "B": layer.B, "W": w, "work": layer.F + layer.B + w, "mem_B": layer.mem_B,
+                      "mem_W": min(layer.mem_W, layer.mem_B), "static_bytes": layer.static_bytes}
+            for f, value in values.items():
+                self.pre[f].append(self.pre[f][-1] + value)
+        self.w0 = self("W", 0, 1) if layers else 0.0
 
     def __call__(self, field: str, i: int, j: int) -> float:
         return self.pre[field][j] - self.pre[field][i]
@@ -73,13 +82,24 @@ def _room(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]]) ->
     return math.inf
 
 
-def _memory_time(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]]) -> float:
-    """The shortest span in which a rank's activations fit its room (see the module's docstring)."""
+def _memory_time(s: _Sums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]], hops: Sequence[int]) -> float:
+    """The shortest span in which a rank's activations fit its room (see the module's docstring): each
+    range is one chunk, `hops[k]` rank crossings before the route's end, waited for once each way."""
     room = _room(s, data, ranges)
     if math.isinf(room):
         return 0.0
-    held = sum(s("mem_B", i, j) * (s("F", i, s.n) + s("B", i, s.n)) for i, j in ranges)
+    held = sum(_held(s, data, i, j, h) for (i, j), h in zip(ranges, hops))
     return math.inf if room <= 0 else data.microbatches * held / room
+
+
+def _held(s: _Sums, data: SplitBoundInput, i: int, j: int, hops: int) -> float:
+    """Memory-time of one microbatch's activations on a chunk of layers i..j-1: mem_B from its F's start
+    to its B's end, the rest of the route down and back; under the paper's model mem_W of it stays
+    until its W has run too."""
+    if i >= j:
+        return 0.0
+    to_b = s("F", i, s.n) + s("B", i, s.n) + 2 * hops * data.min_hop
+    return s("mem_B", i, j) * to_b + (s("mem_W", i, j) * s("W", i, j) if data.paper_memory else 0.0)
 
 
 def _in_flight(s: _Sums, data: SplitBoundInput, i: int, j: int) -> float:
@@ -98,7 +118,7 @@ def _linear_rank(s: _Sums, data: SplitBoundInput, r: int, i: int, j: int) -> flo
     if k < 1:
         return math.inf  # nothing fits: no schedule of this split exists
     wait = F + s("F", j, s.n) + s("B", j, s.n) + 2 * (p - 1 - r) * hop
-    span = max(m * work, wait + m * work - k * F, _memory_time(s, data, [(i, j)]))
+    span = max(m * work, wait + m * work - k * F, _memory_time(s, data, [(i, j)], [p - 1 - r]))
     if data.objective != "makespan":
         return span
     head = s("F", 0, i) + r * hop
@@ -126,25 +146,59 @@ def linear_bound(data: SplitBoundInput) -> float:
 
 
 def _v_rank(s: _Sums, data: SplitBoundInput, r: int, outer: tuple[int, int], inner: tuple[int, int]) -> float:
-    """The bound of V rank r holding layers outer[0]..inner[0]-1 and inner[1]..outer[1]-1 (one range
-    when inner is empty, on the last rank)."""
-    m = data.microbatches
-    ranges = [(outer[0], inner[0]), (inner[1], outer[1])]
-    work = s("work", *ranges[0]) + s("work", *ranges[1])
+    """The bound of V rank r holding layers outer[0]..inner[0]-1 and inner[1]..outer[1]-1. On the last
+    rank inner is empty and outer holds both its chunks, cut where the DP does not know: the least
+    over every cut."""
+    if r < data.placement.num_ranks - 1:
+        return _v_chunks(s, data, r, [(outer[0], inner[0]), (inner[1], outer[1])])
+    a, b = outer
+    return min((_v_chunks(s, data, r, [(a, cut), (cut, b)]) for cut in range(a + 1, b)), default=math.inf)
+
+
+def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, int]]) -> float:
+    """The bound of V rank r holding its down chunk ranges[0] and its up chunk ranges[1]."""
+    m, p = data.microbatches, data.placement.num_ranks
+    (down, _), (_, up_end) = ranges
+    work = sum(s("work", i, j) for i, j in ranges)
     room = _room(s, data, ranges)
     mems = [s("mem_B", i, j) for i, j in ranges]
     if room < sum(mems):
         return math.inf  # not even one microbatch fits beside the static bytes
-    # Before its first backward (its second chunk's, once microbatch 0 has gone down the whole route
-    # and its gradient back to that chunk) the rank runs forwards only, as many as its room holds.
+    # Before its first backward (its up chunk's, once microbatch 0 has gone down the whole route and
+    # its gradient back to that chunk, 2(p-1) rank crossings) the rank runs forwards only, as many as
+    # its room holds.
     forwards = [s("F", i, j) for i, j in ranges]
-    wait = s("F", outer[0], s.n) + s("B", outer[1], s.n) + 2 * (data.placement.num_ranks - 1 - r) * data.min_hop
+    wait = s("F", down, s.n) + s("B", up_end, s.n) + 2 * (p - 1) * data.min_hop
     fits = m * sum(forwards)
     if not math.isinf(room):
         fits = min(fits, room * max(f / mem if mem > 0 else math.inf for f, mem in zip(forwards, mems)))
-    span = max(m * work, wait + m * work - fits, _memory_time(s, data, ranges))
-    head = s("F", 0, outer[0]) + r * data.min_hop
-    return (head if data.objective == "makespan" else 0.0) + span
+    # The down chunk is 2p-2-r crossings from the route's end, the up chunk r.
+    span = max(m * work, wait + m * work - fits, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
+               m * work + _round_trip_idle(s, data, ranges, 2 * (2 * p - 2 - r), room))
+    if data.objective != "makespan":
+        return span
+    head = s("F", 0, down) + r * data.min_hop
+    # The rank's last forward or backward is a B of its down chunk (every later pass of that microbatch
+    # on the rank comes before it on the way back); its gradient then crosses the layers before the
+    # chunk, and rank 0 runs layer 0's W.
+    chain = head + m * (sum(forwards) + sum(s("B", i, j) for i, j in ranges)) + s("B", 0, down) \
+        + r * data.min_hop + (s.w0 if r > 0 else 0.0)
+    return max(head + span, chain)
+
+
+def _round_trip_idle(s: _Sums, data: SplitBoundInput, ranges: list[tuple[int, int]], crossings: int,
+                     room: float) -> float:
+    """Idle the rank's first chunk on the route forces: until that chunk's first B nothing of it is
+    freed, so at most room / its mem_B microbatches have started there, and each brings the rank only
+    its F there and its passes on the rank's later chunks; that B starts a whole round trip (every
+    later layer's F and B, each rank crossing twice) after the rank's first F."""
+    (i, j), later = ranges[0], ranges[1:]
+    mem = s("mem_B", i, j)
+    if math.isinf(room) or mem <= 0:
+        return 0.0
+    k = min(data.microbatches, math.floor(room / mem * (1 + 1e-9)))
+    trip = s("F", i, s.n) + s("B", j, s.n) + crossings * data.min_hop  # to the start of its first B
+    return trip - k * (s("F", i, j) + sum(s("work", a, b) for a, b in later))
 
 
 def v_bound(data: SplitBoundInput) -> float:
@@ -181,3 +235,20 @@ def any_split_bound(data: SplitBoundInput) -> float:
     if name == "v":
         return max(floor, v_bound(data))
     return floor
+
+
+def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
+    """The cheap bound of one split (layers per chunk in route order): the largest of its ranks'
+    bounds, what the DPs above minimise. Used to check them split by split."""
+    s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
+    edges = [0]
+    for c in counts:
+        edges.append(edges[-1] + c)
+    floor = data.microbatches * s.pre["work"][-1] / p
+    if len(data.placement.routes) == 1 and data.placement.num_chunks == p:
+        return max([floor] + [_linear_rank(s, data, r, edges[r], edges[r + 1]) for r in range(p)])
+    if data.placement.name != "v":
+        raise ValueError("split_bound covers the linear and V-shape placements")
+    ranks = [_v_chunks(s, data, r, [(edges[r], edges[r + 1]), (edges[2 * p - 1 - r], edges[2 * p - r])])
+             for r in range(p)]
+    return max([floor] + ranks)

@@ -129,7 +129,8 @@ def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, o
     comm = profile.comm if profile.message_time(0.0) is None else tuple(
         profile.message_time(layer.out_bytes) or 0.0 for layer in (profile.layers or ())[:-1])
     return SplitBoundInput(tuple(profile.layers or ()), placement, profile.microbatches, objective,
-                           min(comm, default=0.0), byte_cap(mem_limit, profile, headroom), multiple)
+                           min(comm, default=0.0), byte_cap(mem_limit, profile, headroom), multiple,
+                           profile.memory_model == "paper")
 
 
 def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
