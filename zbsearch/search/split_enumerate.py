@@ -10,6 +10,8 @@ bound is counted. So it stays a lower bound on the best plan of any split, whate
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import Callable
 from ..core.ir import Placement
 from ..core.memory import byte_cap, p_multiple
 from ..core.profile import Profile
-from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_rank, any_split_bound
+from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_chunks, _v_rank, any_split_bound
 
 LeafBound = Callable[[tuple[int, ...]], float]
 
@@ -96,30 +98,38 @@ def _v_counts(outer: list[tuple[int, int]], cut: int, n: int) -> tuple[int, ...]
 
 
 def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
-    """(bound, splits visited, whether the walk finished) on the V-shape placement."""
+    """(bound, splits visited, whether the walk finished) on the V-shape placement.
+
+    Best first: the open node with the least cheap bound is expanded next, so the bound over every
+    split (the least open node, or a visited split's own bound when lower) rises as the walk goes,
+    rather than only once a whole subtree is done."""
     s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
     g = _v_suffix(s, data)
     walk = _Walk(incumbent, deadline)
-
-    def visit(r: int, a: int, b: int, partial: float, outer: list[tuple[int, int]]) -> float:
-        node = max(partial, g[r].get((a, b), math.inf))
-        if node >= walk.threshold or walk.out_of_time():
-            return node
-        if r == p - 1:
-            best = math.inf
-            own = max(partial, _v_rank(s, data, r, (a, b), (b, b)))
-            for cut in range(a + 1, b):
-                walk.leaves += 1
-                value = max(own, leaf(_v_counts(outer + [(a, b)], cut, n)))
-                walk.threshold = min(walk.threshold, value)
-                best = min(best, value)
-            return best
-        need = 2 * (p - 2 - r)
-        children = sorted((max(partial, _v_rank(s, data, r, (a, b), (a2, b2))), a2, b2)
-                          for a2 in range(a + 1, b) for b2 in range(a2 + 2 + need, b))
-        return min((visit(r + 1, a2, b2, cost, outer + [(a, b)]) for cost, a2, b2 in children), default=math.inf)
-
-    return min(incumbent, visit(0, 0, n, 0.0, [])), walk.leaves, walk.complete
+    order = itertools.count()
+    # (bound, tie, rank, outer range left, max over earlier ranks, earlier outer ranges, apex cut)
+    open_nodes: list[tuple[float, int, int, tuple[int, int], float, tuple[tuple[int, int], ...], int]] = [
+        (g[0].get((0, n), math.inf), next(order), 0, (0, n), 0.0, (), 0)]
+    while open_nodes and open_nodes[0][0] < walk.threshold and not walk.out_of_time():
+        node, _, r, (a, b), partial, outer, cut = heapq.heappop(open_nodes)
+        if cut:  # a whole split: its own bound
+            walk.leaves += 1
+            walk.threshold = min(walk.threshold, max(node, leaf(_v_counts(list(outer), cut, n))))
+        elif r == p - 1:
+            for c in range(a + 1, b):
+                own = max(partial, _v_chunks(s, data, r, [(a, c), (c, b)]))
+                heapq.heappush(open_nodes, (own, next(order), r, (a, b), own, outer + ((a, b),), c))
+        else:
+            need = 2 * (p - 2 - r)
+            for a2 in range(a + 1, b):
+                for b2 in range(a2 + 2 + need, b):
+                    cost = max(partial, _v_rank(s, data, r, (a, b), (a2, b2)))
+                    child = max(cost, g[r + 1].get((a2, b2), math.inf))
+                    if child < walk.threshold:
+                        heapq.heappush(open_nodes, (child, next(order), r + 1, (a2, b2), cost, outer + ((a, b),), 0))
+    rest = open_nodes[0][0] if open_nodes else math.inf
+    walk.complete = not open_nodes or rest >= walk.threshold
+    return min(walk.threshold, rest), walk.leaves, walk.complete
 
 
 def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, objective: str,
