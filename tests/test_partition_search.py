@@ -17,7 +17,7 @@ from zbsearch.core.ir import linear, vshape
 from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
 from zbsearch.search.partition_search import SplitRequest, SplitSearch, search_splits
-from zbsearch.search.split_bounds import any_split_bound, split_bound
+from zbsearch.search.split_bounds import any_split_bound, least_bound_split, split_bound
 from zbsearch.search.split_enumerate import bound_input, refined_bound
 
 
@@ -120,6 +120,19 @@ def test_each_splits_cheap_bound_is_below_its_own_optimum(seed, placement, cap, 
         assert search.leaf_bound(pl)(counts) <= result.objective * (1 + 1e-9), counts
         checked += 1
     assert checked, "the test needs at least one feasible split"
+
+
+@pytest.mark.parametrize("placement,cap,p", [("linear", "24GiB", 3), ("v", "30GiB", 3), ("linear", None, 4),
+                                              ("v", "2p", 2)])
+def test_the_least_bound_split_has_the_least_cheap_bound(placement, cap, p):
+    """The split the DP returns is one whose cheap bound is the DP's value, and no split's is lower."""
+    prof = layered(random_layers(9, 5), 4, comm=0.5)
+    pl = parse_placement(placement, p)
+    data = bound_input(prof, pl, cap, "makespan", DEFAULT_HEADROOM)
+    least = least_bound_split(data)
+    assert least is not None and sum(least) == 9 and len(least) == len(pl.routes[0])
+    assert split_bound(data, least) == pytest.approx(any_split_bound(data))
+    assert min(split_bound(data, c) for c in all_splits(9, len(pl.routes[0]))) == pytest.approx(any_split_bound(data))
 
 
 def test_the_bound_says_no_split_fits_when_none_does():

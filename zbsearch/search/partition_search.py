@@ -26,6 +26,7 @@ from .bounds import bound_passes, objective_bound, rank_bounds
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
 from ..profiling.partition import linear_partition
+from .split_bounds import least_bound_split
 from .split_enumerate import bound_input, refined_bound
 from .split_report import rank_totals, split_facts
 from .split_candidates import (
@@ -127,6 +128,10 @@ def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, 
     balanced = balanced_counts(layers, k)
     out = [("even", even_counts(layers, k)), ("balanced", balanced),
            ("rank-balanced", rank_balanced(layers, balanced, placement))]
+    least = least_bound_split(bound_input(request.profile, placement, request.mem_limit, request.objective,
+                                          request.headroom))
+    if least is not None:
+        out.append(("least-bound", least))
     cap = byte_cap(request.mem_limit, request.profile, request.headroom)
     if cap is not None and placement.num_chunks == placement.num_ranks:
         p, m = placement.num_ranks, request.profile.microbatches

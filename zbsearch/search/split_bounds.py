@@ -127,22 +127,37 @@ def _linear_rank(s: _Sums, data: SplitBoundInput, r: int, i: int, j: int) -> flo
 
 
 def linear_bound(data: SplitBoundInput) -> float:
-    """min over every split of max over ranks of `_linear_rank`: DP over (rank, layers used)."""
+    """min over every split of max over ranks of `_linear_rank`."""
+    return _linear_dp(data)[0]
+
+
+def _linear_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
+    """DP over (rank, layers used): the least max rank bound, and a split that has it (among those, a
+    smaller sum of rank bounds first: a tie-break for the seed it gives the search)."""
     s, p = _Sums(data.layers), data.placement.num_ranks
     n = s.n
-    best = [math.inf] * (n + 1)
-    best[0] = 0.0
+    best: list[tuple[float, float]] = [(math.inf, math.inf)] * (n + 1)
+    best[0] = (0.0, 0.0)
+    parents: list[list[int]] = []
     for r in range(p):
-        nxt = [math.inf] * (n + 1)
-        last = r == p - 1
-        for j in range(r + 1, n - (p - 1 - r) + 1):
-            if last and j != n:
-                continue
+        nxt, parent = [(math.inf, math.inf)] * (n + 1), [-1] * (n + 1)
+        for j in ([n] if r == p - 1 else range(r + 1, n - (p - 1 - r) + 1)):
             for i in range(r, j):
-                if best[i] < nxt[j]:
-                    nxt[j] = min(nxt[j], max(best[i], _linear_rank(s, data, r, i, j)))
+                if best[i][0] < nxt[j][0]:
+                    own = _linear_rank(s, data, r, i, j)
+                    cand = (max(best[i][0], own), best[i][1] + own)
+                    if cand < nxt[j]:
+                        nxt[j], parent[j] = cand, i
         best = nxt
-    return best[n]
+        parents.append(parent)
+    if math.isinf(best[n][0]):
+        return math.inf, None
+    cuts, j = [n], n
+    for parent in reversed(parents):
+        j = parent[j]
+        cuts.append(j)
+    cuts.reverse()
+    return best[n][0], tuple(b - a for a, b in zip(cuts, cuts[1:]))
 
 
 def _v_rank(s: _Sums, data: SplitBoundInput, r: int, outer: tuple[int, int], inner: tuple[int, int]) -> float:
@@ -202,25 +217,64 @@ def _round_trip_idle(s: _Sums, data: SplitBoundInput, ranges: list[tuple[int, in
 
 
 def v_bound(data: SplitBoundInput) -> float:
-    """min over every V split of max over ranks of `_v_rank`: DP over the middle range left."""
+    """min over every V split of max over ranks of `_v_rank`."""
+    return _v_dp(data)[0]
+
+
+def _v_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
+    """DP over the middle range left for ranks r..p-1: the least max rank bound, and a split that has
+    it (ties: a smaller sum of rank bounds)."""
     s, p = _Sums(data.layers), data.placement.num_ranks
     n = s.n
-    # best[(a, b)]: the best max over ranks 0..r-1 when layers a..b-1 are left for ranks r..p-1.
-    best: dict[tuple[int, int], float] = {(0, n): 0.0}
+    # best[(a, b)]: (max, sum) over ranks 0..r-1 when layers a..b-1 are left for ranks r..p-1.
+    best: dict[tuple[int, int], tuple[float, float]] = {(0, n): (0.0, 0.0)}
+    parents: list[dict[tuple[int, int], tuple[int, int]]] = []
     for r in range(p - 1):
-        nxt: dict[tuple[int, int], float] = {}
+        nxt: dict[tuple[int, int], tuple[float, float]] = {}
+        parent: dict[tuple[int, int], tuple[int, int]] = {}
         left = p - 1 - r  # ranks after r, each needing two layers (one per chunk)
-        for (a, b), val in best.items():
+        for (a, b), (val, total) in best.items():
             for a2 in range(a + 1, b):
                 for b2 in range(b - 1, a2, -1):
                     if b2 - a2 < 2 * left:
                         break
-                    cand = max(val, _v_rank(s, data, r, (a, b), (a2, b2)))
-                    if cand < nxt.get((a2, b2), math.inf):
-                        nxt[(a2, b2)] = cand
+                    if val >= nxt.get((a2, b2), (math.inf,))[0]:
+                        continue
+                    own = _v_rank(s, data, r, (a, b), (a2, b2))
+                    cand = (max(val, own), total + own)
+                    if cand < nxt.get((a2, b2), (math.inf, math.inf)):
+                        nxt[(a2, b2)], parent[(a2, b2)] = cand, (a, b)
         best = nxt
-    return min((max(val, _v_rank(s, data, p - 1, (a, b), (b, b))) for (a, b), val in best.items() if b - a >= 2),
-               default=math.inf)
+        parents.append(parent)
+    ends = [((max(val, own), total + own), (a, b), cut) for (a, b), (val, total) in best.items()
+            for cut in range(a + 1, b) for own in [_v_chunks(s, data, p - 1, [(a, cut), (cut, b)])]]
+    if not ends or math.isinf(min(ends)[0][0]):
+        return math.inf, None
+    (value, _), last, cut = min(ends)
+    outer = [last]
+    for parent in reversed(parents):
+        outer.append(parent[outer[-1]])
+    outer.reverse()
+    return value, v_counts(outer, cut, n)
+
+
+def v_counts(outer: Sequence[tuple[int, int]], cut: int, n: int) -> tuple[int, ...]:
+    """Layers per route position of a V split from each rank's outer range (a_r, b_r), rank 0 first,
+    and the cut between the last rank's two chunks."""
+    a = [x for x, _ in outer] + [cut]
+    b = [y for _, y in outer]
+    p = len(outer)
+    down = [a[k + 1] - a[k] for k in range(p)]
+    up = [b[p - 1] - cut] + [b[r - 1] - b[r] for r in range(p - 1, 0, -1)]
+    return tuple(down + up)
+
+
+def least_bound_split(data: SplitBoundInput) -> tuple[int, ...] | None:
+    """A split whose cheap bound is the least of any (linear and V-shape placements; None otherwise,
+    or when none fits): under a tight cap it weighs the idle memory forces, which time DPs do not."""
+    if len(data.placement.routes) == 1 and data.placement.num_chunks == data.placement.num_ranks:
+        return _linear_dp(data)[1]
+    return _v_dp(data)[1] if data.placement.name == "v" else None
 
 
 def any_split_bound(data: SplitBoundInput) -> float:

@@ -20,7 +20,7 @@ from typing import Callable
 from ..core.ir import Placement
 from ..core.memory import byte_cap, p_multiple
 from ..core.profile import Profile
-from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_chunks, _v_rank, any_split_bound
+from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_chunks, _v_rank, any_split_bound, v_counts
 
 LeafBound = Callable[[tuple[int, ...]], float]
 
@@ -87,16 +87,6 @@ def _v_suffix(s: _Sums, data: SplitBoundInput) -> list[dict[tuple[int, int], flo
     return g
 
 
-def _v_counts(outer: list[tuple[int, int]], cut: int, n: int) -> tuple[int, ...]:
-    """Layers per route position from each rank's outer range (a_r, b_r) and the apex cut."""
-    a = [x for x, _ in outer] + [cut]
-    b = [y for _, y in outer]
-    p = len(outer)
-    down = [a[k + 1] - a[k] for k in range(p)]
-    up = [b[p - 1] - cut] + [b[r - 1] - b[r] for r in range(p - 1, 0, -1)]
-    return tuple(down + up)
-
-
 def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
     """(bound, splits visited, whether the walk finished) on the V-shape placement.
 
@@ -114,7 +104,7 @@ def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline
         node, _, r, (a, b), partial, outer, cut = heapq.heappop(open_nodes)
         if cut:  # a whole split: its own bound
             walk.leaves += 1
-            walk.threshold = min(walk.threshold, max(node, leaf(_v_counts(list(outer), cut, n))))
+            walk.threshold = min(walk.threshold, max(node, leaf(v_counts(outer, cut, n))))
         elif r == p - 1:
             for c in range(a + 1, b):
                 own = max(partial, _v_chunks(s, data, r, [(a, c), (c, b)]))
