@@ -26,11 +26,11 @@ from .bounds import bound_passes, objective_bound, rank_bounds
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
 from ..profiling.partition import linear_partition
-from .split_bounds import least_bound_split
+from .split_bounds import least_bound_split, split_bound
 from .split_enumerate import bound_input, refined_bound
 from .split_report import rank_totals, split_facts
 from .split_candidates import (
-    balanced_counts, even_counts, memory_capped_counts, neighbours, parse_rule, rank_balanced, rank_work,
+    balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced, rank_work, transfers,
 )
 
 # Share of the time limit the split search may spend before the best splits go to the solver.
@@ -144,18 +144,21 @@ def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, 
 
 
 def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
-    """Boundary moves from `start` while they improve: the moves whose own lower bound is smallest
-    first (ties: the one that unloads the busiest rank), and none whose bound cannot beat the best."""
-    layers = search.request.profile.layers or ()
-    bound = search.leaf_bound(start.placement)
+    """One-layer transfers from `start` while they improve: the moves whose cheap bound (split_bound)
+    is smallest first (ties: the one that unloads the busiest rank), and none whose bound cannot beat
+    the best."""
+    req = search.request
+    layers = req.profile.layers or ()
+    data = bound_input(req.profile, start.placement, req.mem_limit, req.objective, req.headroom)
     best = start
     while time.monotonic() < budget_end:
-        moves = sorted((bound(c), max(rank_work(layers, c, best.placement)), c) for c in neighbours(best.counts))
+        moves = sorted((split_bound(data, c), max(rank_work(layers, c, best.placement)), c)
+                       for c in transfers(best.counts))
         better = None
         for own, _, counts in moves:
             if time.monotonic() >= budget_end or own >= best.objective:
                 break
-            cand = search.score(best.placement, counts, start.origin + " + boundary moves")
+            cand = search.score(best.placement, counts, start.origin + " + layer moves")
             if cand.key < best.key and cand.objective < math.inf:
                 better = cand
                 break

@@ -293,7 +293,7 @@ def any_split_bound(data: SplitBoundInput) -> float:
 
 def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
     """The cheap bound of one split (layers per chunk in route order): the largest of its ranks'
-    bounds, what the DPs above minimise. Used to check them split by split."""
+    bounds, what the DPs above minimise; on other placements total work / p."""
     s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
     edges = [0]
     for c in counts:
@@ -302,7 +302,7 @@ def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
     if len(data.placement.routes) == 1 and data.placement.num_chunks == p:
         return max([floor] + [_linear_rank(s, data, r, edges[r], edges[r + 1]) for r in range(p)])
     if data.placement.name != "v":
-        raise ValueError("split_bound covers the linear and V-shape placements")
+        return floor  # other placements: only the work over ranks
     ranks = [_v_chunks(s, data, r, [(edges[r], edges[r + 1]), (edges[2 * p - 1 - r], edges[2 * p - r])])
              for r in range(p)]
     return max([floor] + ranks)

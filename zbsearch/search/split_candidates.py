@@ -7,6 +7,8 @@ arithmetic on the layers' costs; scoring a split with real schedules is partitio
 
 from __future__ import annotations
 
+import itertools
+
 import math
 from typing import Sequence
 
@@ -70,6 +72,19 @@ def neighbours(counts: Sequence[int]) -> list[tuple[int, ...]]:
             moved[i + 1] -= delta
             if moved[i] >= 1 and moved[i + 1] >= 1:
                 out.append(tuple(moved))
+    return out
+
+
+def transfers(counts: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every split one layer away along the route: one layer fewer in chunk i and one more in chunk
+    j, every boundary between them shifted by one (between neighbours, a boundary move)."""
+    out = []
+    for i, j in itertools.permutations(range(len(counts)), 2):
+        if counts[i] >= 2:
+            moved = list(counts)
+            moved[i] -= 1
+            moved[j] += 1
+            out.append(tuple(moved))
     return out
 
 
