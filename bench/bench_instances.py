@@ -62,3 +62,13 @@ def v_large() -> list[Profile]:
         out.append(replace(base, name=f"zb-paper-{model} p={p}", stages=(stage,) * p, comm=(comm,) * (p - 1),
                            microbatches=m))
     return out
+
+
+def scale_64() -> Profile:
+    """The largest scale instance (issue 14): the paper's 28.3B stage at p=64, m=512."""
+    from dataclasses import replace
+
+    base = load_profile(ROOT / "profiles" / V_LARGE_FILES["28.3b"])
+    comm = base.comm[0] if base.comm else 0.0
+    return replace(base, name="zb-paper-28.3b p=64", stages=(base.stages[0],) * 64, comm=(comm,) * 63,
+                   microbatches=512)
