@@ -189,5 +189,6 @@ def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model(monkeypatch)
     problem = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "span")
     result = solve(problem, time_limit=5)
     assert result.details["cpsat_status"].startswith("skipped")
-    assert result.objective == pytest.approx(result.heuristic_objective)
+    # The time left goes to the large-neighbourhood search, which only ever keeps a better schedule.
+    assert result.objective <= result.heuristic_objective
     validate(result.schedule, prof, problem.limit)

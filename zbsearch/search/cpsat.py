@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from ortools.sat.python import cp_model
 
 from .bounds import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
 from ..core.ir import Action, Kind, Schedule, build
 from ..core.profile import StageCost
-from .problem import Problem
+from .problem import Pass, Problem
 
 # Memory is scaled to integers with this many units per the smallest mem_B of the problem; the
 # rounding error is far below any limit users give (a millionth of one microbatch's activations).
@@ -99,9 +99,13 @@ def add_dependencies(model: cp_model.CpModel, grid: Problem, v: Variables) -> No
             model.add(v.start[ps.action] >= v.end[src] + int(hop))
 
 
-def add_one_pass_at_a_time(model: cp_model.CpModel, grid: Problem, v: Variables) -> None:
+def add_one_pass_at_a_time(model: cp_model.CpModel, grid: Problem, v: Variables,
+                           passes: Sequence[Pass] | None = None) -> None:
+    """One pass at a time on each rank, over `passes` (all of the problem's unless given: the large-
+    neighbourhood search passes the ones it frees)."""
+    chosen = grid.passes if passes is None else passes
     for r in range(grid.num_ranks):
-        model.add_no_overlap([v.interval[ps.action] for ps in grid.passes if ps.rank == r])
+        model.add_no_overlap([v.interval[ps.action] for ps in chosen if ps.rank == r])
 
 
 def add_symmetry_breaking(model: cp_model.CpModel, grid: Problem, v: Variables) -> None:

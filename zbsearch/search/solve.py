@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from .bounds import RankBound, bound_passes, fusion_saves, objective_bound, rank_bounds
 from .cpsat import choose_step, orders_from_starts, solve_grid
+from .incumbent import fuse_if_faster, objective_of, split_backward
+from . import lns
 from ..core.errors import InfeasibleError, ZbsearchError
 from ..core.ir import Action, Kind, Schedule, build
 from .problem import Problem, on_grid
@@ -80,60 +82,6 @@ class SolveResult:
             heuristic_objective=self.heuristic_objective,
             details=dict(self.details),
         )
-
-
-def objective_of(timeline: Timeline, objective: str) -> float:
-    return timeline.makespan if objective == "makespan" else timeline.span
-
-
-def split_backward(schedule: Schedule) -> Schedule:
-    """The same orders with every full backward written as B then W and every overlapped pair as its
-    two passes: the form the solver's model uses."""
-    ranks = []
-    for rank in schedule.ranks:
-        out: list[Action] = []
-        for action in rank:
-            for a in action.passes():
-                if a.kind is Kind.FULL_B:
-                    out += [Action(a.chunk, Kind.B, a.microbatch), Action(a.chunk, Kind.W, a.microbatch)]
-                else:
-                    out.append(a)
-        ranks.append(out)
-    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
-
-
-def fuse_adjacent(schedule: Schedule) -> Schedule:
-    """The same orders with every B directly followed on its rank by the W of the same chunk and
-    microbatch written as one fused backward (torch's B): one action instead of two."""
-    ranks = []
-    for rank in schedule.ranks:
-        out: list[Action] = []
-        for action in rank:
-            last = out[-1] if out else None
-            if (action.kind is Kind.W and last is not None and last.kind is Kind.B and last.chunk == action.chunk
-                    and last.microbatch == action.microbatch):
-                out[-1] = Action(action.chunk, Kind.FULL_B, action.microbatch)
-            else:
-                out.append(action)
-        ranks.append(out)
-    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
-
-
-def fuse_if_faster(problem: Problem, best: Schedule, best_tl: Timeline, best_obj: float,
-                   details: dict[str, Any]) -> tuple[Schedule, Timeline, float]:
-    """`best` with its adjacent B and W fused when that is faster and still fits (it always holds no more
-    between them), else `best` unchanged."""
-    fused = fuse_adjacent(best)
-    if fused.ranks == best.ranks:
-        return best, best_tl, best_obj
-    report = check(fused, problem.profile, problem.limit)
-    if not report.ok or report.timeline is None:
-        return best, best_tl, best_obj
-    obj = objective_of(report.timeline, problem.objective)
-    if obj >= best_obj:
-        return best, best_tl, best_obj
-    details["fused_backwards"] = sum(a.kind is Kind.FULL_B for rank in fused.ranks for a in rank)
-    return fused, report.timeline, obj
 
 
 def one_at_a_time(problem: Problem, weights_at_once: bool = False, fused: bool = False) -> Schedule:
@@ -244,6 +192,13 @@ def solve(
     if rounds:
         details.update(rounds[-1])
         details["grid_rounds"] = rounds
+    # Where the full model was skipped or left the start as it was, the time left goes to re-solving
+    # windows of it (lns.py).
+    if best is start and best_obj > lb * (1 + OPTIMAL_RTOL) and deadline - (time.monotonic() - t0) > 2 * lns.MIN_SECONDS:
+        best, best_tl, best_obj = _improve_by_lns(problem, best, best_tl, best_obj, t0 + deadline, workers, seed,
+                                                  resolution, details)
+        if progress:
+            progress(Progress(time.monotonic() - t0, best_obj, lb, "lns"))
     if fusing:
         best, best_tl, best_obj = fuse_if_faster(problem, best, best_tl, best_obj, details)
     status = "optimal" if best_obj <= lb * (1 + OPTIMAL_RTOL) else "feasible"
@@ -289,6 +244,18 @@ def solve_placements(
         for r in results
     }
     return best
+
+
+def _improve_by_lns(problem: Problem, best: Schedule, best_tl: Timeline, best_obj: float, until: float, workers: int,
+                    seed: int, resolution: int, details: dict[str, Any]) -> tuple[Schedule, Timeline, float]:
+    """The incumbent after the large-neighbourhood search up to `until` (time.monotonic()), if better."""
+    found = lns.improve(problem, split_backward(best), until, workers=workers, seed=seed, resolution=resolution)
+    if found is None:
+        details["lns"] = "not run: the start is not valid with its backwards split"
+        return best, best_tl, best_obj
+    schedule, timeline, obj, stats = found
+    details.update(stats.as_dict())
+    return (schedule, timeline, obj) if obj < best_obj * (1 - 1e-12) else (best, best_tl, best_obj)
 
 
 @dataclass
