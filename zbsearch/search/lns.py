@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from .cpsat import Variables, _dur, _memory_blocks, add_one_pass_at_a_time, choose_step, memory_scale, orders_from_starts
+from .cpsat import (Variables, _dur, _memory_blocks, add_one_pass_at_a_time, choose_step, memory_scale,
+                    orders_from_starts)
 from ..core.ir import Action, Kind, Schedule
 from .incumbent import objective_of
 from .problem import Pass, Problem, on_grid
@@ -39,6 +40,15 @@ WINDOW_PASSES = 600
 WINDOW_SECONDS = 4.0
 # Below this many seconds left, another window is not started.
 MIN_SECONDS = 1.0
+# Besides CP-SAT, a window costs a re-timing and a full validation of the whole schedule: about 3.6e-5 s
+# per pass at p=64, m=512 (98,304 passes) on this 2-core machine when it was not shared; kept back at
+# about three times that, so that the last window ends before the deadline on a busy machine too.
+SECONDS_PER_PASS = 1e-4
+
+
+def overhead(problem: Problem) -> float:
+    """Seconds a window takes besides its CP-SAT search (see SECONDS_PER_PASS)."""
+    return len(problem.passes) * SECONDS_PER_PASS
 
 
 @dataclass
@@ -254,24 +264,26 @@ def pick_window(grid_tl: Timeline, size: int, k: int, rng: random.Random) -> Win
     return window_at(grid_tl, t0, t1)
 
 
-def improve(problem: Problem, schedule: Schedule, deadline: float, *, workers: int = 2, seed: int = 0,
-            resolution: int = 20) -> tuple[Schedule, Timeline, float, LnsStats] | None:
+def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: Timeline | None = None,
+            workers: int = 2, seed: int = 0, resolution: int = 20) -> tuple[Schedule, Timeline, float, LnsStats] | None:
     """Windows re-solved one after another until `deadline` (time.monotonic()), from `schedule` (its
-    backwards split into B and W); never worse than it. None when `schedule` is not valid."""
+    backwards split into B and W); never worse than it. None when `schedule` is not valid. `timeline`:
+    the schedule's, when the caller has validated it already (a full validation is costly on large models)."""
     stats = LnsStats()
-    best = schedule
-    report = check(best, problem.profile, problem.limit)
-    if not report.ok or report.timeline is None:
-        # Split apart, a fused backward can hold more than the limit allows (torch's runtime memory):
-        # there is then no valid split incumbent to start from.
-        return None
-    best_tl = report.timeline
+    best, best_tl = schedule, timeline
+    if best_tl is None:
+        report = check(best, problem.profile, problem.limit)
+        if not report.ok or report.timeline is None:
+            # Split apart, a fused backward can hold more than the limit allows (torch's runtime memory):
+            # there is then no valid split incumbent to start from.
+            return None
+        best_tl = report.timeline
     best_obj, best_sum = objective_of(best_tl, problem.objective), spans_sum(best_tl)
     grid = on_grid(problem, choose_step(problem, resolution))
     rng = random.Random(seed)
     grid_tl = simulate(best, grid.profile)
-    while deadline - time.monotonic() > MIN_SECONDS:
-        left = deadline - time.monotonic()
+    while deadline - time.monotonic() > MIN_SECONDS + overhead(problem):
+        left = deadline - time.monotonic() - overhead(problem)
         seconds = min(WINDOW_SECONDS, left - MIN_SECONDS / 2)
         window = pick_window(grid_tl, _window_size(len(grid.passes), seconds), stats.windows, rng)
         stats.windows += 1

@@ -192,12 +192,13 @@ def solve(
     if rounds:
         details.update(rounds[-1])
         details["grid_rounds"] = rounds
-    # Where the full model was skipped or left the start as it was, the time left goes to re-solving
-    # windows of it (lns.py).
-    if best is start and best_obj > lb * (1 + OPTIMAL_RTOL) and deadline - (time.monotonic() - t0) > 2 * lns.MIN_SECONDS:
+    # Where the full model was skipped or stalled on the start, the time left goes to re-solving windows
+    # of it (lns.py). Not after a grid proven optimal: windows on a grid could only win back rounding.
+    stalled = best is start and (not rounds or rounds[-1]["cpsat_status"] != "optimal")
+    if stalled and best_obj > lb * (1 + OPTIMAL_RTOL):
         best, best_tl, best_obj = _improve_by_lns(problem, best, best_tl, best_obj, t0 + deadline, workers, seed,
                                                   resolution, details)
-        if progress:
+        if progress and details.get("lns_windows"):
             progress(Progress(time.monotonic() - t0, best_obj, lb, "lns"))
     if fusing:
         best, best_tl, best_obj = fuse_if_faster(problem, best, best_tl, best_obj, details)
@@ -248,8 +249,13 @@ def solve_placements(
 
 def _improve_by_lns(problem: Problem, best: Schedule, best_tl: Timeline, best_obj: float, until: float, workers: int,
                     seed: int, resolution: int, details: dict[str, Any]) -> tuple[Schedule, Timeline, float]:
-    """The incumbent after the large-neighbourhood search up to `until` (time.monotonic()), if better."""
-    found = lns.improve(problem, split_backward(best), until, workers=workers, seed=seed, resolution=resolution)
+    """The incumbent after the large-neighbourhood search up to `until` (time.monotonic()), if better;
+    unchanged when too little time is left for its first check and one window."""
+    if until - time.monotonic() < 2 * (lns.MIN_SECONDS + lns.overhead(problem)):
+        return best, best_tl, best_obj
+    split = split_backward(best)
+    known = best_tl if split.ranks == best.ranks else None  # validated already, unless split differs
+    found = lns.improve(problem, split, until, timeline=known, workers=workers, seed=seed, resolution=resolution)
     if found is None:
         details["lns"] = "not run: the start is not valid with its backwards split"
         return best, best_tl, best_obj
