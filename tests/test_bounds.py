@@ -71,11 +71,14 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
     # p=2, F=B=W=1, no comm, limit one microbatch (mem_B 1, mem_W 0.5). On rank 0 a microbatch holds
     # 0.5 from F start to B end (F, F, B, B: 4) and 0.5 to W end (5): 4.5 per microbatch, x4 / 1 = 18.
     # Only one microbatch fits at a time, so the real optimum is 4 x 5 = 20; the bound must not pass it.
+    # The rank on its own (rank_sequence.py) sees that one at a time is all memory allows: 20, exactly.
     prof = uniform_profile(1, 1, 1, p=2, m=4)
     problem = make_problem(prof, "0.5p", "span")
     rb = rank_bounds(problem, problem.passes)
     assert rb[0].memory_time == pytest.approx(18.0, rel=1e-6)
-    assert rb[0].span == pytest.approx(18.0, rel=1e-6)  # above work + idle (12 + 2)
+    assert rb[0].memory_time > rb[0].work + rb[0].start_idle  # 18, above work + idle (12 + 2)
+    assert rb[0].sequence == pytest.approx(20.0)
+    assert rb[0].span == pytest.approx(20.0)
     from zbsearch.search.solve import one_at_a_time
 
     assert simulate(one_at_a_time(problem), prof).span == pytest.approx(20.0)

@@ -19,6 +19,9 @@ and the solver's integer-grid relaxation.
   longest dependency path between those passes. All of it lies inside the rank's window, where at
   most `limit` is held at any moment, so the window lasts at least the total memory-time over the
   limit. Under tight limits this is the bound that binds: activations wait out the round trip.
+- the rank on its own (one chunk of a single route): its passes alone, other ranks only delaying a
+  microbatch's return, solved exactly by rank_sequence.py. It joins the start and end idle and the
+  memory they share, where the bounds above take each alone.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Sequence
 
 from ..core.ir import Action, Kind
 from .problem import Pass, Problem
+from .rank_sequence import RankPasses, least_span
 from ..sim.validate import MEMORY_RTOL
 
 
@@ -45,12 +49,13 @@ class RankBound:
     memory_time: float = 0.0  # shortest window the rank's activations fit in under its limit
     trip_idle: float = 0.0  # idle before the first B of the rank's first chunk on a route
     trip_disjoint: bool = False  # whether that window and the end idle's are known not to overlap
+    sequence: float = 0.0  # least span of the rank on its own (rank_sequence.py); 0 where not computed
 
     @property
     def span(self) -> float:
         idle = self.start_idle + self.end_idle if self.disjoint else max(self.start_idle, self.end_idle)
         trip = self.trip_idle + self.end_idle if self.trip_disjoint else max(self.trip_idle, self.end_idle)
-        return max(self.work + max(idle, trip), self.memory_time)
+        return max(self.work + max(idle, trip), self.memory_time, self.sequence)
 
     @property
     def end(self) -> float:
@@ -131,9 +136,25 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
         # The windows overlap only if every forward runs before the first backward, so all of
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
+        alone = _alone(problem, passes, paths, mine, r, cap)
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
-                             max(0.0, trip_idle), trip_disjoint))
+                             max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if alone else 0.0))
     return out
+
+
+def _alone(problem: Problem, passes: Sequence[Pass], paths: dict[int, dict[int, dict[Action, float]]],
+           mine: dict[int, "_Chunk"], rank: int, cap: float) -> RankPasses | None:
+    """The rank on its own (rank_sequence.py) where it holds one chunk of a single route; else None."""
+    if len(mine) != 1 or len(problem.placement.routes) != 1:
+        return None
+    (c, f), = mine.items()
+    first = {ps.action.kind: ps for ps in passes if ps.action.chunk == c and ps.action.microbatch == 0}
+    if set(first) != {Kind.F, Kind.B, Kind.W}:
+        return None
+    lag = _route_facts(problem, paths, mine, rank)[0].to_first_b
+    kinds = (Kind.F, Kind.B, Kind.W)
+    return RankPasses(f.F, f.B, f.W, tuple(first[k].alloc for k in kinds), tuple(first[k].free for k in kinds),
+                      lag, f.count, cap)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,147 @@
+"""The least span of one rank on its own: exact against enumeration, never above a real schedule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from zbsearch.core.profile import Profile
+from zbsearch.schedules import generate
+from zbsearch.search.bounds import lower_bound, rank_bounds
+from zbsearch.search.problem import make_problem
+from zbsearch.search.rank_sequence import RankPasses, least_span
+from zbsearch.sim.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _orders(m: int):
+    """Every order of m microbatches' F, B, W on one machine with each microbatch's F before its B
+    before its W; microbatches in any order (no symmetry assumed)."""
+    def rec(done: tuple[int, ...], out: list[tuple[int, int]]):
+        if all(d == 3 for d in done):
+            yield list(out)
+            return
+        for j, d in enumerate(done):
+            if d < 3:
+                yield from rec(done[:j] + (d + 1,) + done[j + 1:], out + [(j, d)])
+    yield from rec((0,) * m, [])
+
+
+def _brute(rank: RankPasses) -> float:
+    """Least span over every order, each pass as early as the machine, its input and memory allow."""
+    dur, best = (rank.F, rank.B, rank.W), math.inf
+    for order in _orders(rank.m):
+        t, level, f_start, ok = 0.0, 0.0, {}, True
+        for j, kind in order:
+            begin = t if kind != 1 else max(t, f_start[j] + rank.lag)
+            if level + rank.alloc[kind] > rank.cap:
+                ok = False
+                break
+            level += rank.alloc[kind] - rank.free[kind]
+            if level > rank.cap:
+                ok = False
+                break
+            if kind == 0:
+                f_start[j] = begin
+            t = begin + dur[kind]
+        if ok:
+            best = min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_least_span_matches_enumeration(seed: int) -> None:
+    rng = random.Random(seed)
+    m = rng.randint(2, 4)
+    mem_b, mem_w = 1.0, rng.choice([0.3, 0.5])
+    rank = RankPasses(rng.randint(1, 6), rng.randint(1, 6), rng.randint(1, 6), (mem_b, 0.0, 0.0),
+                      (0.0, mem_b - mem_w, mem_w), rng.randint(0, 20), m, rng.choice([1.0, 1.5, 2.0, 2.6]))
+    assert least_span(rank, ample=math.inf) == pytest.approx(_brute(rank))
+
+
+def _in_order(rank: RankPasses) -> float:
+    """Least span over every order with each kind in microbatch order, by depth-first search with no
+    pruning: checks the dynamic program's dominance rule on more microbatches than _brute can walk."""
+    dur, net = (rank.F, rank.B, rank.W), [a - f for a, f in zip(rank.alloc, rank.free)]
+
+    def walk(f: int, b: int, w: int, t: float, starts: tuple[float, ...]) -> float:
+        if w == rank.m:
+            return t
+        level, best = f * net[0] + b * net[1] + w * net[2], math.inf
+        for kind, ready in ((0, f < rank.m), (1, b < f), (2, w < b)):
+            if not ready or level + rank.alloc[kind] > rank.cap or level + net[kind] > rank.cap:
+                continue
+            if kind == 0:
+                best = min(best, walk(f + 1, b, w, t + dur[0], starts + (t,)))
+            elif kind == 1:
+                best = min(best, walk(f, b + 1, w, max(t, starts[0] + rank.lag) + dur[1], starts[1:]))
+            else:
+                best = min(best, walk(f, b, w + 1, t + dur[2], starts))
+        return best
+
+    return walk(0, 0, 0, 0.0, ())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dominance_keeps_the_least_span(seed: int) -> None:
+    rng = random.Random(50 + seed)
+    mem_w = rng.choice([0.3, 0.5])
+    rank = RankPasses(rng.randint(1, 6), rng.randint(1, 6), rng.randint(1, 6), (1.0, 0.0, 0.0),
+                      (0.0, 1.0 - mem_w, mem_w), rng.randint(5, 30), 6, rng.choice([2.0, 2.6, 3.3]))
+    assert least_span(rank, ample=math.inf) == pytest.approx(_in_order(rank))
+
+
+def test_least_span_gives_up_past_its_budget() -> None:
+    rank = RankPasses(1, 1, 1, (1.0, 0.0, 0.0), (0.0, 0.5, 0.5), 10, 12, 4.0)
+    assert least_span(rank, max_expansions=10) is None
+    assert least_span(rank) is not None
+    assert least_span(rank, ample=0.5) is None  # memory for half a round trip counts as ample: skipped
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("limit", ["0.5p", "0.75p", "1p"])
+def test_no_valid_schedule_has_a_rank_shorter_than_its_sequence_bound(seed: int, limit: str) -> None:
+    rng = random.Random(100 + seed)
+    p, m = rng.randint(2, 5), rng.randint(2, 12)
+    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": rng.uniform(0.5, 1.5),
+               "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
+    prof = Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
+                              "source": {"kind": "estimated", "method": "random test"}})
+    problem = make_problem(prof, limit, "span")
+    bounds = rank_bounds(problem, problem.passes)
+    from zbsearch.search import heuristics
+
+    schedules = [(n, s) for n, s, _ in heuristics.candidates(prof, m, problem.limit, "span", placements=[problem.placement],
+                                                                    same_placement=True)]
+    for name in ("1f1b", "zb-h1", "gpipe"):
+        schedules.append((name, generate(name, p, m)))
+    checked = 0
+    for name, sched in schedules:
+        tl = simulate(sched, prof)
+        if any(tl.peak_memory(r) > problem.limit.per_rank[r] * (1 + 1e-9) for r in range(p)):
+            continue
+        checked += 1
+        for r, b in enumerate(bounds):
+            assert tl.span_of(r) >= b.sequence - 1e-9, f"{name}: rank {r} beats its sequence bound"
+    assert checked > 0
+
+
+def test_the_sequence_bound_lifts_a_tight_limit_bound() -> None:
+    """hetero-random #16 (p=8, m=16, 0.75p): rank 0 must idle at its end as well as at its start, which
+    the separate start and end idle bounds miss."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_instances import hetero_random
+
+    prof, limit = hetero_random()[16]
+    problem = make_problem(prof, limit, "span")
+    bounds = rank_bounds(problem, problem.passes)
+    rank0 = bounds[0]
+    separate = max(rank0.work + rank0.start_idle + rank0.end_idle, rank0.memory_time)
+    assert rank0.sequence > separate + 100
+    assert lower_bound(problem) == pytest.approx(rank0.sequence)
