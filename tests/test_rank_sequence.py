@@ -97,6 +97,12 @@ def test_dominance_keeps_the_least_span(seed: int) -> None:
     assert least_span(rank, ample=math.inf) == pytest.approx(_in_order(rank))
 
 
+def test_no_order_fitting_the_limit_proves_nothing() -> None:
+    # the limit (0.9) is below what one forward holds (1.0): no order fits
+    rank = RankPasses(1, 1, 1, (1.0, 0.0, 0.0), (0.0, 0.5, 0.5), 3, 2, 0.9)
+    assert least_span(rank, ample=math.inf) is None
+
+
 def test_least_span_gives_up_past_its_budget() -> None:
     rank = RankPasses(1, 1, 1, (1.0, 0.0, 0.0), (0.0, 0.5, 0.5), 10, 12, 4.0)
     assert least_span(rank, max_expansions=10) is None

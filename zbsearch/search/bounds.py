@@ -121,6 +121,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
     chunks = _chunk_facts(passes)
     paths = _forward_paths(problem, passes)
     held = _memory_time(chunks, _hold_times(paths), problem.limit.per_rank)
+    first_mb = {(ps.action.chunk, ps.action.kind): ps for ps in passes if ps.action.microbatch == 0}
     out = []
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
@@ -136,25 +137,25 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
         # The windows overlap only if every forward runs before the first backward, so all of
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
-        alone = _alone(problem, passes, paths, mine, r, cap)
+        alone = _alone(problem, first_mb, paths, mine, r, cap)
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
                              max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if alone else 0.0))
     return out
 
 
-def _alone(problem: Problem, passes: Sequence[Pass], paths: dict[int, dict[int, dict[Action, float]]],
+def _alone(problem: Problem, first_mb: dict[tuple[int, Kind], Pass], paths: dict[int, dict[int, dict[Action, float]]],
            mine: dict[int, "_Chunk"], rank: int, cap: float) -> RankPasses | None:
-    """The rank on its own (rank_sequence.py) where it holds one chunk of a single route; else None."""
+    """The rank on its own (rank_sequence.py) where it holds one chunk of a single route; else None.
+    `first_mb`: microbatch 0's passes by chunk and kind (costs do not depend on the microbatch)."""
     if len(mine) != 1 or len(problem.placement.routes) != 1:
         return None
     (c, f), = mine.items()
-    first = {ps.action.kind: ps for ps in passes if ps.action.chunk == c and ps.action.microbatch == 0}
-    if set(first) != {Kind.F, Kind.B, Kind.W}:
+    kinds = (Kind.F, Kind.B, Kind.W)
+    if any((c, k) not in first_mb for k in kinds):
         return None
     lag = _route_facts(problem, paths, mine, rank)[0].to_first_b
-    kinds = (Kind.F, Kind.B, Kind.W)
-    return RankPasses(f.F, f.B, f.W, tuple(first[k].alloc for k in kinds), tuple(first[k].free for k in kinds),
-                      lag, f.count, cap)
+    return RankPasses(f.F, f.B, f.W, tuple(first_mb[c, k].alloc for k in kinds),
+                      tuple(first_mb[c, k].free for k in kinds), lag, f.count, cap)
 
 
 @dataclass(frozen=True)

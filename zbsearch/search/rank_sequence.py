@@ -58,8 +58,8 @@ class RankPasses:
 
 def least_span(rank: RankPasses, max_expansions: int = MAX_EXPANSIONS, ample: float = AMPLE) -> float | None:
     """The least time from the rank's first forward's start to its last pass's end, or None when the
-    search exceeds `max_expansions` states or the limit holds `ample` round trips (then nothing is
-    proven)."""
+    search exceeds `max_expansions` states, the limit holds `ample` round trips, or no order fits the
+    limit (then nothing is proven)."""
     if _counts_to_walk(rank) > max_expansions:
         return None  # give up at once rather than after walking max_expansions states
     in_flight = rank.cap / rank.alloc[0] if rank.alloc[0] > 0 else math.inf
@@ -93,7 +93,9 @@ def _least_span(rank: RankPasses, max_expansions: int) -> float | None:
                 for key, state in _moves(rank, counts, t, starts, dur, net):
                     _add(nxt.setdefault(key, []), state)
         layer = nxt
-    return min(t for front in layer.values() for t, _ in front)
+    # No order fits when the limit holds less than one microbatch's passes run apart (a fused backward
+    # may still fit, which these passes do not model): then nothing is proven here.
+    return min((t for front in layer.values() for t, _ in front), default=None)
 
 
 def _moves(rank: RankPasses, counts: tuple[int, int, int], t: float, starts: tuple[float, ...],
