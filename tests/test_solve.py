@@ -185,7 +185,8 @@ def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model(monkeypatch)
     import zbsearch.search.solve as solve_module
 
     monkeypatch.setattr(solve_module, "CPSAT_SECONDS_PER_PASS", 1e6)
-    prof = hetero(4, 8, seed=7)
+    # seed 1: the bounds leave a gap after the start (seed 7's start is proven optimal by them alone)
+    prof = hetero(4, 8, seed=1)
     problem = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "span")
     result = solve(problem, time_limit=5)
     assert result.details["cpsat_status"].startswith("skipped")
