@@ -128,7 +128,8 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
         mine = {c: f for c, f in chunks.items() if f.rank == r}
         start_idle = end_idle = trip_idle = math.inf
         trip_disjoint = True
-        for facts in _route_facts(problem, paths, mine, r):
+        routes = _route_facts(problem, paths, mine, r)
+        for facts in routes:
             start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap))
             end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
             trip_idle = min(trip_idle, facts.to_own_b - _work_before_own_b(mine, cap, facts.held))
@@ -137,23 +138,23 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
         # The windows overlap only if every forward runs before the first backward, so all of
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
-        alone = _alone(problem, first_mb, paths, mine, r, cap)
+        alone = _alone(problem, first_mb, mine, routes[0].to_first_b, cap)
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
                              max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if alone else 0.0))
     return out
 
 
-def _alone(problem: Problem, first_mb: dict[tuple[int, Kind], Pass], paths: dict[int, dict[int, dict[Action, float]]],
-           mine: dict[int, "_Chunk"], rank: int, cap: float) -> RankPasses | None:
+def _alone(problem: Problem, first_mb: dict[tuple[int, Kind], Pass], mine: dict[int, "_Chunk"], lag: float,
+           cap: float) -> RankPasses | None:
     """The rank on its own (rank_sequence.py) where it holds one chunk of a single route; else None.
-    `first_mb`: microbatch 0's passes by chunk and kind (costs do not depend on the microbatch)."""
+    `first_mb`: microbatch 0's passes by chunk and kind (costs do not depend on the microbatch); `lag`:
+    from a forward's start on the rank to its backward's there (the route's round trip)."""
     if len(mine) != 1 or len(problem.placement.routes) != 1:
         return None
     (c, f), = mine.items()
     kinds = (Kind.F, Kind.B, Kind.W)
     if any((c, k) not in first_mb for k in kinds):
         return None
-    lag = _route_facts(problem, paths, mine, rank)[0].to_first_b
     return RankPasses(f.F, f.B, f.W, tuple(first_mb[c, k].alloc for k in kinds),
                       tuple(first_mb[c, k].free for k in kinds), lag, f.count, cap)
 

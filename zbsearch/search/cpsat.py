@@ -178,7 +178,13 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
                     v.held_after.append((size, start, until))
                     intervals.append(model.new_interval_var(v.end[start], size, v.end[until], f"mem_{_name(a)}_{block}"))
                 demands.append(demand)
-        model.add_cumulative(intervals, demands, int(math.ceil(cap * scale * (1 - 1e-12))) - headroom)
+        model.add_cumulative(intervals, demands, scaled_limit(cap, scale) - headroom)
+
+
+def scaled_limit(cap: float, scale: float) -> int:
+    """A rank's limit in the model's memory units, rounded up (demands round down): the grid model
+    stays a relaxation."""
+    return int(math.ceil(cap * scale * (1 - 1e-12)))
 
 
 def _memory_blocks(cost: StageCost, f: Action, scale: float) -> list[tuple[str, int, Action, Action | None]]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from .cpsat import (Variables, _dur, _memory_blocks, add_one_pass_at_a_time, choose_step, memory_scale,
-                    orders_from_starts)
+                    orders_from_starts, scaled_limit)
 from ..core.ir import Action, Kind, Schedule
 from .incumbent import objective_of
 from .problem import Pass, Problem, on_grid
@@ -167,7 +167,7 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
                 intervals.append(model.new_interval_var(opened, size, end, f"mem_{f}_{block}"))
                 demands.append(demand)
         if intervals:
-            model.add_cumulative(intervals, demands, int(math.ceil(cap * scale * (1 - 1e-12))) - held)
+            model.add_cumulative(intervals, demands, scaled_limit(cap, scale) - held)
 
 
 def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objective: str) -> _WindowModel:

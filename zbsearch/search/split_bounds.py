@@ -32,6 +32,7 @@ ranks, total work / p and the heaviest layer. Every bound is also at least total
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -126,11 +127,6 @@ def _linear_rank(s: _Sums, data: SplitBoundInput, r: int, i: int, j: int) -> flo
     return max(head + span, chain)
 
 
-def linear_bound(data: SplitBoundInput) -> float:
-    """min over every split of max over ranks of `_linear_rank`."""
-    return _linear_dp(data)[0]
-
-
 def _linear_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
     """DP over (rank, layers used): the least max rank bound, and a split that has it (among those, a
     smaller sum of rank bounds first: a tie-break for the seed it gives the search)."""
@@ -216,11 +212,6 @@ def _round_trip_idle(s: _Sums, data: SplitBoundInput, ranges: list[tuple[int, in
     return trip - k * (s("F", i, j) + sum(s("work", a, b) for a, b in later))
 
 
-def v_bound(data: SplitBoundInput) -> float:
-    """min over every V split of max over ranks of `_v_rank`."""
-    return _v_dp(data)[0]
-
-
 def _v_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
     """DP over the middle range left for ranks r..p-1: the least max rank bound, and a split that has
     it (ties: a smaller sum of rank bounds)."""
@@ -269,12 +260,24 @@ def v_counts(outer: Sequence[tuple[int, int]], cut: int, n: int) -> tuple[int, .
     return tuple(down + up)
 
 
+def _one_stage_per_rank(placement: Placement) -> bool:
+    return len(placement.routes) == 1 and placement.num_chunks == placement.num_ranks
+
+
+@functools.lru_cache(maxsize=16)
+def _least(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None] | None:
+    """The DP of the placement (least max rank bound over every split, and a split that has it); None
+    where no DP covers the placement. Cached: the search's seed and its final bound read the same one."""
+    if _one_stage_per_rank(data.placement):
+        return _linear_dp(data)
+    return _v_dp(data) if data.placement.name == "v" else None
+
+
 def least_bound_split(data: SplitBoundInput) -> tuple[int, ...] | None:
     """A split whose cheap bound is the least of any (linear and V-shape placements; None otherwise,
     or when none fits): under a tight cap it weighs the idle memory forces, which time DPs do not."""
-    if len(data.placement.routes) == 1 and data.placement.num_chunks == data.placement.num_ranks:
-        return _linear_dp(data)[1]
-    return _v_dp(data)[1] if data.placement.name == "v" else None
+    found = _least(data)
+    return None if found is None else found[1]
 
 
 def any_split_bound(data: SplitBoundInput) -> float:
@@ -283,12 +286,8 @@ def any_split_bound(data: SplitBoundInput) -> float:
     p, m = data.placement.num_ranks, data.microbatches
     s = _Sums(data.layers)
     floor = m * max(s.pre["work"][-1] / p, max(layer.work for layer in data.layers))
-    name = data.placement.name
-    if len(data.placement.routes) == 1 and data.placement.num_chunks == p:
-        return max(floor, linear_bound(data))
-    if name == "v":
-        return max(floor, v_bound(data))
-    return floor
+    found = _least(data)
+    return floor if found is None else max(floor, found[0])
 
 
 def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
@@ -299,7 +298,7 @@ def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
     for c in counts:
         edges.append(edges[-1] + c)
     floor = data.microbatches * s.pre["work"][-1] / p
-    if len(data.placement.routes) == 1 and data.placement.num_chunks == p:
+    if _one_stage_per_rank(data.placement):
         return max([floor] + [_linear_rank(s, data, r, edges[r], edges[r + 1]) for r in range(p)])
     if data.placement.name != "v":
         return floor  # other placements: only the work over ranks

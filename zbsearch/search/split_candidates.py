@@ -8,7 +8,6 @@ arithmetic on the layers' costs; scoring a split with real schedules is partitio
 from __future__ import annotations
 
 import itertools
-
 import math
 from typing import Sequence
 

@@ -20,7 +20,9 @@ from typing import Callable
 from ..core.ir import Placement
 from ..core.memory import byte_cap, p_multiple
 from ..core.profile import Profile
-from .split_bounds import SplitBoundInput, _linear_rank, _Sums, _v_chunks, _v_rank, any_split_bound, v_counts
+from .split_bounds import (
+    SplitBoundInput, _linear_rank, _one_stage_per_rank, _Sums, _v_chunks, _v_rank, any_split_bound, v_counts,
+)
 
 LeafBound = Callable[[tuple[int, ...]], float]
 
@@ -141,7 +143,7 @@ def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
     if deadline is None or cheap >= incumbent:
         return cheap, 0, cheap >= incumbent
     p = data.placement
-    if len(p.routes) == 1 and p.num_chunks == p.num_ranks:
+    if _one_stage_per_rank(p):
         value, visited, complete = linear_refined(data, incumbent, leaf, deadline)
     elif p.name == "v":
         value, visited, complete = v_refined(data, incumbent, leaf, deadline)
