@@ -30,6 +30,10 @@ from ..sim.rank_state import ChunkProgress, RankClock, overlap_time
 from .greedy_options import CannotFit, EngineResult, GreedyOptions, fits
 
 
+def _cap(inflight: int | None) -> float:
+    return math.inf if inflight is None else max(1, inflight)
+
+
 class ListEngine:
     """One run of the list engine: one `ChunkProgress` per slot, one `RankClock` per rank, each rank's
     pending W passes (slots, in B order) and the heap of decision points."""
@@ -43,8 +47,9 @@ class ListEngine:
         self.on_rank = [[k for k in range(n) if self.rank_of[k] == r] for r in range(p)]
         # Per rank, the first slot of each route there: a microbatch of that route enters the rank there.
         entries = {k for ks in self.on_rank for k in {self.route_of[q]: q for q in reversed(ks)}.values()}
-        warm = options.warmup
-        self.inflight_cap = {k: (math.inf if warm is None else max(1, warm * (p - self.pos[k]))) for k in entries}
+        self.policy = [options.policy(r, min((self.pos[k] for k in ks), default=0), p)
+                       for r, ks in enumerate(self.on_rank)]
+        self.inflight_cap = {k: _cap(options.policy(self.rank_of[k], self.pos[k], p).inflight) for k in entries}
         # Where memory is admitted: on each rank, at its entry, for the microbatch's chunks there; or,
         # with `by_route` on a placement of several routes, at the route's start, for every rank on the
         # route at once. Rank by rank packs tighter but can deadlock two routes that flow in opposite
@@ -106,7 +111,10 @@ class ListEngine:
     def decide(self, r: int, now: float) -> None:
         """Rank r is free at `now`: run a ready B or F (both as a pair, with `pairs`), else a W when
         memory forces it, when it fills a gap or with w_fill, else sleep until the next known arrival."""
-        chunks, pos = self.chunks, self.pos
+        chunks, pos, policy = self.chunks, self.pos, self.policy[r]
+        if policy.w_mode == "eager" and self.pending_w[r]:
+            self.run_pass(r, self.pending_w[r][0], Kind.W, now)
+            return
         ready_b = [k for k in self.on_rank[r] if (a := self.b_arrival(k)) is not None and a <= now]
         ready_f = [k for k in self.on_rank[r] if (a := self.f_arrival(k)) is not None and a <= now]
         ok_f = [k for k in ready_f if self.admissible(r, k)]
@@ -115,7 +123,7 @@ class ListEngine:
         ok_f.sort(key=lambda k: (-pos[k], chunks[k].forwards, k))
         if self.opt.pairs and ready_b and ok_f:
             self.run_pair(r, ok_f[0], ready_b[0], now)
-        elif self.opt.b_first and ready_b:
+        elif policy.b_first and ready_b:
             self.run_pass(r, ready_b[0], Kind.B, now)
         elif ok_f:
             self.run_pass(r, ok_f[0], Kind.F, now)
@@ -125,7 +133,7 @@ class ListEngine:
             self.sleep(r, now)
         elif self._w_unblocks(r, now):
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)      # memory forces a W before the next F
-        elif self.opt.w_fill or self._w_fits_gap(r):
+        elif policy.w_mode == "fill" or self._w_fits_gap(r):
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)      # fill the gap
         else:
             self.sleep(r, now)

@@ -29,6 +29,21 @@ class CannotFit(Exception):
 
 
 @dataclass(frozen=True)
+class RankPolicy:
+    """The list engine's choices on one rank (greedy_tune.py searches them rank by rank).
+
+    inflight: the most microbatches in flight on the rank (per route entering it); None: memory only.
+    b_first: prefer a ready B over a ready F.
+    w_mode: "fill" runs a pending W into any idle gap, "fit" only into gaps it fits, "eager" runs
+        each W as soon as the rank is free after its B (before any F or B), which frees memory at once.
+    """
+
+    inflight: int | None = None
+    b_first: bool = False
+    w_mode: Literal["fill", "fit", "eager"] = "fill"
+
+
+@dataclass(frozen=True)
 class GreedyOptions:
     """One greedy variant.
 
@@ -64,10 +79,20 @@ class GreedyOptions:
     warmup: int | None = None
     pairs: bool = False
     by_route: bool = False
+    ranks: tuple[RankPolicy, ...] | None = None
+
+    def policy(self, rank: int, route_position: int, num_ranks: int) -> RankPolicy:
+        """The list engine's choices on `rank`, which a route enters at `route_position`."""
+        if self.ranks is not None:
+            return self.ranks[rank]
+        inflight = None if self.warmup is None else max(1, self.warmup * (num_ranks - route_position))
+        return RankPolicy(inflight, self.b_first, "fill" if self.w_fill else "fit")
 
     @property
     def label(self) -> str:
         parts = [self.engine]
+        if self.ranks is not None:
+            return f"{self.engine},per-rank" + (",f&b-pairs" if self.pairs else "") + (",admit-by-route" if self.by_route else "")
         if self.engine == "rounds":
             parts.append("bubble-ok" if self.bubble_before_first_b else "no-bubble")
         parts.append("b-first" if self.b_first else "f-first")
