@@ -31,6 +31,7 @@ from .greedy_options import CannotFit, EngineResult, GreedyOptions, RankPolicy
 
 W_MODES = ("fill", "fit", "eager")
 CAP_STEPS = (-2, -1, 1, 2)
+Key = tuple[float, float]  # (objective, tie-break): see _Search.cost
 # Perturbation rounds without a new best before the search stops early.
 PATIENCE = 12
 
@@ -41,6 +42,7 @@ class Tuned:
     result: EngineResult
     cost: float
     found_at: int  # the evaluation that found it (engine runs, counting from 1)
+    key: Key = (math.inf, math.inf)
 
 
 def uniform_starts(placement: Placement, base: GreedyOptions) -> list[GreedyOptions]:
@@ -84,18 +86,24 @@ class _Search:
     def spent(self) -> bool:
         return self.evaluations >= self.budget or time.monotonic() >= self.deadline
 
-    def cost(self, options: GreedyOptions) -> float:
+    def cost(self, options: GreedyOptions) -> Key:
+        """The objective of the list engine with these options, then (ties) the ranks' summed spans
+        (summed ends for the makespan): one rank sets the objective, and without the tie-break a change
+        that shortens the others looks like no change at all."""
         self.evaluations += 1
         try:
             result = ListEngine(*self.args, options).run()
         except CannotFit:
-            return math.inf
-        cost = result.cost(self.objective)
-        if self.best is None or cost < self.best.cost * (1 - 1e-12):
-            self.best = Tuned(options, result, cost, self.evaluations)
-        return cost
+            return (math.inf, math.inf)
+        if self.objective == "makespan":
+            key = (result.cost("makespan"), sum(result.last_end))
+        else:
+            key = (result.cost("span"), sum(e - s for s, e in zip(result.first_start, result.last_end)))
+        if self.best is None or better(key, self.best.key):
+            self.best = Tuned(options, result, key[0], self.evaluations, key)
+        return key
 
-    def descend(self, options: GreedyOptions, cost: float) -> tuple[GreedyOptions, float]:
+    def descend(self, options: GreedyOptions, key: Key) -> None:
         """First-improvement descent over one rank's choice at a time, until no single change helps."""
         assert options.ranks is not None
         improved = True
@@ -104,13 +112,17 @@ class _Search:
             for r in range(len(options.ranks)):
                 for ranks in neighbours(options.ranks, r):
                     if self.spent():
-                        return options, cost
+                        return
                     trial = replace(options, ranks=ranks)
-                    c = self.cost(trial)
-                    if c < cost * (1 - 1e-12):
-                        options, cost, improved = trial, c, True
+                    k = self.cost(trial)
+                    if better(k, key):
+                        options, key, improved = trial, k, True
                         break
-        return options, cost
+
+
+def better(a: Key, b: Key) -> bool:
+    """Whether key a beats key b: a shorter objective, or the same and a smaller tie-break."""
+    return a[0] < b[0] * (1 - 1e-12) or (a[0] <= b[0] * (1 + 1e-12) and a[1] < b[1] * (1 - 1e-12))
 
 
 def tune(profile: Profile, m: int, limit: MemoryLimit, placement: Placement, objective: str, *,
@@ -129,13 +141,13 @@ def tune(profile: Profile, m: int, limit: MemoryLimit, placement: Placement, obj
     search.descend(starts[0][2], starts[0][0])
     stale = 0
     while not search.spent() and stale < PATIENCE:
-        before = search.best.cost
+        before = search.best.key
         search.descend(*_perturbed(search.best.options, rng, search))
-        stale = stale + 1 if search.best.cost >= before * (1 - 1e-12) else 0
+        stale = stale + 1 if not better(search.best.key, before) else 0
     return search.best
 
 
-def _perturbed(options: GreedyOptions, rng: random.Random, search: _Search) -> tuple[GreedyOptions, float]:
+def _perturbed(options: GreedyOptions, rng: random.Random, search: _Search) -> tuple[GreedyOptions, Key]:
     """Two to four random changes to the best policies, and their cost."""
     assert options.ranks is not None
     ranks = options.ranks
