@@ -38,6 +38,8 @@ PATIENCE = 12
 
 @dataclass
 class Tuned:
+    """The best per-rank variant found: its options, the engine's result and objective."""
+
     options: GreedyOptions
     result: EngineResult
     cost: float
@@ -49,13 +51,14 @@ def uniform_starts(placement: Placement, base: GreedyOptions) -> list[GreedyOpti
     """The list engine's uniform variants as per-rank policies: caps of 1x and 2x 1F1B's depth and
     memory only, each with B or F first and each W policy."""
     p = placement.num_ranks
+    # Where a route first enters each rank: 1F1B's depth there is p minus that position.
+    entry = [min((j for route in placement.routes for j, c in enumerate(route) if placement.chunk_to_rank[c] == r),
+                 default=0) for r in range(p)]
     out = []
     for warmup in (1, 2, None):
         for b_first in (False, True):
             for w_mode in W_MODES:
                 plain = replace(base, warmup=warmup, b_first=b_first, w_fill=w_mode == "fill", ranks=None)
-                entry = [min((j for route in placement.routes for j, c in enumerate(route)
-                              if placement.chunk_to_rank[c] == r), default=0) for r in range(p)]
                 out.append(replace(base, ranks=tuple(
                     replace(plain.policy(r, entry[r], p), w_mode=w_mode) for r in range(p))))
     return out
