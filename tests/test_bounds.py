@@ -14,6 +14,8 @@ from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
 
+from random_pipelines import random_stages
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -94,10 +96,7 @@ def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement
 
     rng = random.Random(100 + seed)
     p, m = rng.randint(2, 4), rng.randint(2, 8)
-    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": rng.uniform(0.5, 1.5),
-               "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
-    prof = Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
-                              "source": {"kind": "estimated", "method": "random test"}})
+    prof = random_stages(rng, p, m)
     for objective in ("makespan", "span"):
         problem = make_problem(prof, limit, objective, placement)
         bound = lower_bound(problem)

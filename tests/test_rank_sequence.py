@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.core.profile import Profile
 from zbsearch.schedules import generate
 from zbsearch.search.bounds import lower_bound, rank_bounds
 from zbsearch.search.problem import make_problem
 from zbsearch.search.rank_sequence import RankPasses, least_span
 from zbsearch.sim.simulate import simulate
+
+from random_pipelines import random_stages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,10 +116,7 @@ def test_least_span_gives_up_past_its_budget() -> None:
 def test_no_valid_schedule_has_a_rank_shorter_than_its_sequence_bound(seed: int, limit: str) -> None:
     rng = random.Random(100 + seed)
     p, m = rng.randint(2, 5), rng.randint(2, 12)
-    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": rng.uniform(0.5, 1.5),
-               "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
-    prof = Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
-                              "source": {"kind": "estimated", "method": "random test"}})
+    prof = random_stages(rng, p, m)
     problem = make_problem(prof, limit, "span")
     bounds = rank_bounds(problem, problem.passes)
     from zbsearch.search import heuristics

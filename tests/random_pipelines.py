@@ -1,0 +1,16 @@
+"""Random pipelines shared by the bound tests: stage times and memory drawn from one distribution."""
+
+from __future__ import annotations
+
+import random
+
+from zbsearch.core.profile import Profile
+
+
+def random_stages(rng: random.Random, p: int, m: int) -> Profile:
+    """p stages with F and B in 1-3, W in 0.2-2, mem_B in 0.5-1.5, mem_W in 0.1-0.4 and one comm time in
+    0-0.5, m microbatches; drawn from `rng` in that order, so a seed always gives the same pipeline."""
+    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2), "mem_B": rng.uniform(0.5, 1.5),
+               "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
+    return Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
+                              "source": {"kind": "estimated", "method": "random test"}})
