@@ -16,7 +16,8 @@ from zbsearch.core.ir import Action, Kind, build, linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.profile import Profile, StageCost, uniform_profile
-from zbsearch.search.bounds import bound_passes, fusion_saves, lower_bound, objective_bound, rank_bounds
+from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
+from zbsearch.search.relaxations import bound_passes, fusion_saves
 from zbsearch.search.problem import Problem, make_problem
 from zbsearch.search.solve import solve
 from zbsearch.sim.simulate import simulate

@@ -21,7 +21,8 @@ from zbsearch.plan.closed_forms import closed_form, profile_for
 from zbsearch.schedules import generate
 from zbsearch.schedules.spec import PassTimes
 from zbsearch.search import heuristics as H
-from zbsearch.search.bounds import lower_bound, overlap_relaxation, objective_bound, rank_bounds
+from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
+from zbsearch.search.relaxations import overlap_relaxation
 from zbsearch.search.problem import Problem, make_problem, make_problems, parse_placement
 from zbsearch.search.solve import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS, solve
 from zbsearch.sim.summary import summarize

@@ -11,14 +11,21 @@ from pathlib import Path
 import pytest
 
 from zbsearch.schedules import generate
+from zbsearch.search import bounds as bounds_module
 from zbsearch.search.bounds import lower_bound, rank_bounds
 from zbsearch.search.problem import make_problem
-from zbsearch.search.rank_sequence import RankPasses, least_span
+from zbsearch.core.errors import InfeasibleError
+from zbsearch.search.rank_sequence import RankChain, RankPasses, Step, _least_span, least_span
 from zbsearch.sim.simulate import simulate
 
 from random_pipelines import random_stages
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _over(level: float, cap: float) -> bool:
+    """A level above the limit beyond round-off (the walk under test allows the same)."""
+    return level > cap + 1e-9 * max(1.0, abs(cap))
 
 
 def _orders(m: int):
@@ -41,11 +48,11 @@ def _brute(rank: RankPasses) -> float:
         t, level, f_start, ok = 0.0, 0.0, {}, True
         for j, kind in order:
             begin = t if kind != 1 else max(t, f_start[j] + rank.lag)
-            if level + rank.alloc[kind] > rank.cap:
+            if _over(level + rank.alloc[kind], rank.cap):
                 ok = False
                 break
             level += rank.alloc[kind] - rank.free[kind]
-            if level > rank.cap:
+            if _over(level, rank.cap):
                 ok = False
                 break
             if kind == 0:
@@ -76,7 +83,7 @@ def _in_order(rank: RankPasses) -> float:
             return t
         level, best = f * net[0] + b * net[1] + w * net[2], math.inf
         for kind, ready in ((0, f < rank.m), (1, b < f), (2, w < b)):
-            if not ready or level + rank.alloc[kind] > rank.cap or level + net[kind] > rank.cap:
+            if not ready or _over(level + rank.alloc[kind], rank.cap) or _over(level + net[kind], rank.cap):
                 continue
             if kind == 0:
                 best = min(best, walk(f + 1, b, w, t + dur[0], starts + (t,)))
@@ -149,3 +156,107 @@ def test_the_sequence_bound_lifts_a_tight_limit_bound() -> None:
     separate = max(rank0.work + rank0.start_idle + rank0.end_idle, rank0.memory_time)
     assert rank0.sequence > separate + 100
     assert lower_bound(problem) == pytest.approx(rank0.sequence)
+
+
+def _v_chain(rng: random.Random, m: int, cap: float) -> RankChain:
+    """A V-shape rank's chain: its two forwards, the backwards in reverse, a W after each backward;
+    lags at least the pass before (a longer trip through the other ranks drawn on top)."""
+    f1, f2, b2, b1, w2, w1 = (rng.randint(1, 5) for _ in range(6))
+    mem1, mem2 = rng.choice([1.0, 0.5]), rng.choice([1.0, 0.5])
+    keep1, keep2 = mem1 * rng.choice([0.3, 0.5]), mem2 * rng.choice([0.3, 0.5])
+    steps = (Step(f1, mem1, 0.0), Step(f2, mem2, 0.0, 0, f1 + rng.randint(0, 12)),
+             Step(b2, 0.0, mem2 - keep2, 1, f2 + rng.randint(0, 8)), Step(b1, 0.0, mem1 - keep1, 2, b2 + rng.randint(0, 12)),
+             Step(w2, 0.0, keep2, 2), Step(w1, 0.0, keep1, 3))
+    return RankChain(steps, m, cap)
+
+
+def _chain_brute(chain: RankChain, in_order: bool) -> float:
+    """Least span over every order of the chain's passes (each microbatch's steps after the ones they
+    follow), each pass as early as the machine, its lag and memory allow; with `in_order`, each step's
+    passes in microbatch order only (what the dynamic program assumes), which reaches more microbatches."""
+    steps, m = chain.steps, chain.m
+    net = [s.alloc - s.free for s in steps]
+
+    best = math.inf  # the least span found: a partial order already at it cannot end sooner
+
+    def walk(done: tuple[tuple[bool, ...], ...], starts: tuple[tuple[float, ...], ...], t: float, level: float) -> float:
+        nonlocal best
+        if all(all(d) for d in done):
+            best = min(best, t)
+            return t
+        if t >= best:
+            return math.inf
+        for i in range(m):
+            for k, step in enumerate(steps):
+                if done[i][k] or (step.after is not None and not done[i][step.after]):
+                    continue
+                if in_order and i > 0 and not done[i - 1][k]:
+                    continue
+                if _over(level + step.alloc, chain.cap) or _over(level + net[k], chain.cap):
+                    continue
+                begin = t if step.lag is None else max(t, starts[i][step.after] + step.lag)
+                row = done[i][:k] + (True,) + done[i][k + 1:]
+                srow = starts[i][:k] + (begin,) + starts[i][k + 1:]
+                walk(done[:i] + (row,) + done[i + 1:], starts[:i] + (srow,) + starts[i + 1:],
+                     begin + step.duration, level + net[k])
+        return best
+
+    n = len(steps)
+    walk(((False,) * n,) * m, ((0.0,) * n,) * m, 0.0, 0.0)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_chain_least_span_matches_enumeration(seed: int) -> None:
+    """Two chunks on one rank (the V-shape): the walk without merging is exact against every order of
+    two microbatches, and the merged walk that bounds.py runs is never above it."""
+    rng = random.Random(200 + seed)
+    chain = _v_chain(rng, 2, rng.choice([1.0, 1.5, 2.0, 3.0]))
+    exact = _chain_brute(chain, in_order=False)
+    if math.isinf(exact):
+        assert _least_span(chain, 10**9, 10**6) is None
+        return
+    assert _least_span(chain, 10**9, 10**6) == pytest.approx(exact)
+    assert least_span(chain, ample=math.inf) <= exact + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chain_dominance_keeps_the_least_span(seed: int) -> None:
+    rng = random.Random(300 + seed)
+    chain = _v_chain(rng, 3, rng.choice([1.5, 2.0]))
+    exact = _chain_brute(chain, in_order=True)
+    if math.isinf(exact):
+        return
+    assert _least_span(chain, 10**9, 10**6) == pytest.approx(exact)
+    assert least_span(chain, ample=math.inf) <= exact + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("placement,limit", [("v", "0.5p"), ("v", "0.75p"), ("interleaved:2", "0.75p")])
+def test_no_chunked_schedule_has_a_rank_shorter_than_its_chain_bound(seed: int, placement: str, limit: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the V-shape and interleaved placements every heuristic and handcrafted schedule that fits
+    keeps each rank's span at or above the chain bound (computed on every rank here)."""
+    monkeypatch.setattr(bounds_module, "CHAIN_REACH", 1.0)
+    rng = random.Random(400 + seed)
+    p = rng.randint(2, 4)
+    m = rng.randint(2, 4) * p
+    prof = random_stages(rng, p, m)
+    try:
+        problem = make_problem(prof, limit, "span", placement)
+    except InfeasibleError:
+        pytest.skip("limit below one microbatch")
+    bounds = rank_bounds(problem, problem.passes)
+    from zbsearch.search import heuristics
+
+    schedules = [(n, s) for n, s, _ in heuristics.candidates(prof, m, problem.limit, "span",
+                                                             placements=[problem.placement], same_placement=True)]
+    checked = 0
+    for name, sched in schedules:
+        tl = simulate(sched, prof)
+        if any(tl.peak_memory(r) > problem.limit.per_rank[r] * (1 + 1e-9) for r in range(p)):
+            continue
+        checked += 1
+        for r, b in enumerate(bounds):
+            assert tl.span_of(r) >= b.sequence - 1e-9, f"{name}: rank {r} beats its chain bound"
+    assert checked > 0

@@ -19,9 +19,11 @@ and the solver's integer-grid relaxation.
   longest dependency path between those passes. All of it lies inside the rank's window, where at
   most `limit` is held at any moment, so the window lasts at least the total memory-time over the
   limit. Under tight limits this is the bound that binds: activations wait out the round trip.
-- the rank on its own (one chunk of a single route): its passes alone, other ranks only delaying a
-  microbatch's return, solved exactly by rank_sequence.py. It joins the start and end idle and the
-  memory they share, where the bounds above take each alone.
+- the rank on its own (its chunks on a single route): its passes alone, other ranks only delaying a
+  microbatch, solved exactly by rank_sequence.py. It joins the start and end idle and the memory they
+  share, where the bounds above take each alone; on a rank with several chunks (V-shape,
+  interleaved) it also couples the chunks, which share the rank's memory and wait on each other's
+  round trips.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from typing import Sequence
 
 from ..core.ir import Action, Kind
 from .problem import Pass, Problem
-from .rank_sequence import RankPasses, least_span
+from .relaxations import bound_passes
+from .rank_sequence import RankChain, Step, least_span
 from ..sim.validate import MEMORY_RTOL
 
 
@@ -110,7 +113,9 @@ def _longest_from(mb_passes: Sequence[Pass], origin: Action) -> dict[Action, flo
     return reach
 
 
-def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
+def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -> list[RankBound]:
+    """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
+    (see _with_chains); off where many problems are bounded in little time (the split walk)."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -121,8 +126,8 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
     chunks = _chunk_facts(passes)
     paths = _forward_paths(problem, passes)
     held = _memory_time(chunks, _hold_times(paths), problem.limit.per_rank)
-    first_mb = {(ps.action.chunk, ps.action.kind): ps for ps in passes if ps.action.microbatch == 0}
-    out = []
+    out: list[RankBound] = []
+    chained: list[RankChain | None] = []
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
         mine = {c: f for c, f in chunks.items() if f.rank == r}
@@ -138,25 +143,56 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass]) -> list[RankBound]:
         # The windows overlap only if every forward runs before the first backward, so all of
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
-        alone = _alone(problem, first_mb, mine, routes[0].to_first_b, cap)
+        alone = _alone(problem, passes, mine, cap) if chains or len(mine) == 1 else None
+        chained.append(alone if alone is not None and len(alone.steps) > 3 else None)
+        one_chunk = alone is not None and len(alone.steps) <= 3
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
-                             max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if alone else 0.0))
+                             max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if one_chunk else 0.0))
+    return _with_chains(out, chained, problem.objective) if chains else out
+
+
+# The walk over a rank's chain of chunks (rank_sequence.py) costs up to a second per rank; it runs only
+# on ranks whose other bounds come within this share of the largest, where it can set the answer (on
+# the byte-capped V-shape splits tried it raised a rank by at most 8%).
+CHAIN_REACH = 0.1
+
+
+def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str) -> list[RankBound]:
+    """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
+    and come within CHAIN_REACH of the largest rank bound."""
+    def value(b: RankBound) -> float:
+        return b.end if objective == "makespan" else b.span
+
+    top = max((value(b) for b in out), default=0.0)
+    for r, chain in enumerate(chains):
+        if chain is not None and value(out[r]) >= (1 - CHAIN_REACH) * top:
+            out[r] = replace(out[r], sequence=least_span(chain) or 0.0)
     return out
 
 
-def _alone(problem: Problem, first_mb: dict[tuple[int, Kind], Pass], mine: dict[int, "_Chunk"], lag: float,
-           cap: float) -> RankPasses | None:
-    """The rank on its own (rank_sequence.py) where it holds one chunk of a single route; else None.
-    `first_mb`: microbatch 0's passes by chunk and kind (costs do not depend on the microbatch); `lag`:
-    from a forward's start on the rank to its backward's there (the route's round trip)."""
-    if len(mine) != 1 or len(problem.placement.routes) != 1:
+def _alone(problem: Problem, passes: Sequence[Pass], mine: dict[int, "_Chunk"], cap: float) -> RankChain | None:
+    """The rank on its own (rank_sequence.py) where its chunks lie on a single route; else None. Its
+    chain, from microbatch 0's passes (costs do not depend on the microbatch): the forwards in route
+    order, the backwards in reverse, each lagged behind the one before by the longest dependency path
+    from that one's start (through the other ranks); a weight pass after each backward."""
+    route = problem.placement.routes
+    if len(route) != 1 or not mine:
         return None
-    (c, f), = mine.items()
-    kinds = (Kind.F, Kind.B, Kind.W)
-    if any((c, k) not in first_mb for k in kinds):
+    here = [c for c in route[0] if c in mine]
+    first_mb = [ps for ps in passes if ps.action.microbatch == 0]
+    by_action = {ps.action: ps for ps in first_mb}
+    order = [Action(c, Kind.F, 0) for c in here] + [Action(c, Kind.B, 0) for c in reversed(here)]
+    if any(a not in by_action for a in order) or any(Action(c, Kind.W, 0) not in by_action for c in here):
         return None
-    return RankPasses(f.F, f.B, f.W, tuple(first_mb[c, k].alloc for k in kinds),
-                      tuple(first_mb[c, k].free for k in kinds), lag, f.count, cap)
+    steps = []
+    for k, a in enumerate(order):
+        ps = by_action[a]
+        lag = None if k == 0 else _longest_from(first_mb, order[k - 1])[a] - ps.duration
+        steps.append(Step(ps.duration, ps.alloc, ps.free, None if k == 0 else k - 1, lag))
+    for c in reversed(here):
+        ps = by_action[Action(c, Kind.W, 0)]
+        steps.append(Step(ps.duration, ps.alloc, ps.free, order.index(Action(c, Kind.B, 0))))
+    return RankChain(tuple(steps), mine[here[0]].count, cap)
 
 
 @dataclass(frozen=True)
@@ -314,63 +350,9 @@ def _fractional(room: float, items: list[tuple[float, float, int]]) -> float:
     return total
 
 
-def overlap_relaxation(problem: Problem, passes: Sequence[Pass] | None = None) -> tuple[Pass, ...]:
-    """The passes at their shortest when the profile gives an F&B pair time: each pass takes its own
-    time times its chunk's overlap ratio (what it costs inside a pair). A relaxation: in any schedule,
-    lay out each pair as its F then its backward (B, then W for a full one) at those times inside the
-    pair's interval; every pass ends no later than the pair, so inputs still arrive in time, memory is
-    allocated no earlier and freed no later. Bounds on these passes hold for schedules with pairs."""
-    pl = problem.placement
-    ratio = [problem.profile.chunk_cost(pl, c).overlap_ratio for c in range(pl.num_chunks)]
-    return tuple(replace(ps, duration=ps.duration * ratio[ps.action.chunk])
-                 for ps in (passes if passes is not None else problem.passes))
-
-
-def fusion_saves(problem: Problem) -> bool:
-    """Whether a fused backward can beat its B and W run apart on some chunk: it costs less than the two
-    (an action overhead paid once instead of twice, a measured full backward below B + W), or holds
-    less (torch's split backward keeps more after I than a fused backward, mem_W > mem_B, and on the loss
-    chunk keeps some of it until the iteration ends, mem_kept)."""
-    pl = problem.placement
-    costs = [problem.profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
-    return any(c.BW < (c.B + c.W) * (1 - 1e-12) or c.mem_W > c.mem_B or (c.mem_kept or 0.0) > 0 for c in costs)
-
-
-def fusion_relaxation(problem: Problem, passes: Sequence[Pass] | None = None) -> tuple[Pass, ...]:
-    """The passes at their shortest and lightest when a backward may be fused: each W takes the least
-    of its own time and what a fused backward leaves after its B (full backward - B), and holds no more
-    than mem_B after B. A relaxation: lay out each fused backward as its B then that W inside its
-    interval; B ends no later than the fused pass, so inputs still arrive in time, and memory is freed
-    no later and never raised. Bounds on these passes hold for schedules with fused backwards too."""
-    pl = problem.placement
-    costs = [problem.profile.chunk_cost(pl, c) for c in range(pl.num_chunks)]
-    out = []
-    for ps in (passes if passes is not None else problem.passes):
-        cost = costs[ps.action.chunk]
-        keep = min(cost.mem_W, cost.mem_B)
-        if ps.action.kind is Kind.W:
-            ps = replace(ps, duration=min(ps.duration, max(0.0, cost.BW - cost.B)), free=keep)
-        elif ps.action.kind is Kind.B:
-            ps = replace(ps, free=cost.mem_B - keep)
-        out.append(ps)
-    return tuple(out)
-
-
 def objective_bound(bounds: Sequence[RankBound], objective: str) -> float:
     """The objective's lower bound from per-rank bounds: the largest span, or the latest end."""
     return max(b.span for b in bounds) if objective == "span" else max(b.end for b in bounds)
-
-
-def bound_passes(problem: Problem) -> tuple[Pass, ...]:
-    """The passes a proven bound must read: the problem's own, relaxed where a backward may be fused
-    (fusion_relaxation) and where passes may pair (overlap_relaxation), so that it holds for every
-    schedule the simulator times, not only those the solver's split model writes."""
-    passes = problem.passes
-    if fusion_saves(problem):
-        passes = fusion_relaxation(problem, passes)
-    if problem.profile.gives_overlap:
-        passes = overlap_relaxation(problem, passes)
-    return passes
 
 
 def lower_bound(problem: Problem, passes: Sequence[Pass] | None = None, objective: str | None = None) -> float:

@@ -1,24 +1,29 @@
 """The least span of one rank on its own: a relaxation solved exactly, one pass order at a time.
 
-Keep rank r's passes (one chunk, one route: the linear placement) and drop every other rank's
-capacity and memory, so that another rank only delays a microbatch: its backward on r can start no
-earlier than `lag` after its forward on r started (the longest dependency path down the route and
-back). What is left is one machine running m forwards, m backwards and m weight passes, each kind in
-microbatch order (microbatches cost the same, so relabeling the k-th executed pass as microbatch k
-keeps every schedule valid: cpsat.add_symmetry_breaking), under the rank's memory limit. Its least
-span is a lower bound on that rank's span in every schedule of the whole problem.
+Keep rank r's passes and drop every other rank's capacity and memory, so that another rank only
+delays a microbatch: each of the rank's passes can start no earlier than a fixed lag after the pass of
+the same microbatch before it on the rank started (the longest dependency path between them, through
+the other ranks). On one chunk (the linear placement) that is a forward, its backward a round trip
+later and its weight pass; on a rank holding several chunks of one route (the V-shape, interleaved)
+it is a chain: the forwards in route order, each a trip down the ranks after the previous one, the
+backwards in reverse order, and a weight pass after each backward. What is left is one machine
+running m microbatches of that chain, each step in microbatch order (microbatches cost the same, so
+relabeling the k-th executed pass of each step as microbatch k keeps every schedule valid:
+cpsat.add_symmetry_breaking), under the rank's memory limit. Its least span is a lower bound on that
+rank's span in every schedule of the whole problem.
 
 It is exact where bounds.py's start and end idle only estimate: those fill the round trip at the
 start and at the end of the rank separately, each with whatever memory allows at that moment (the
 end, for example, with weight passes deferred until then), while here the weights deferred to the end
 held memory throughout, and the backwards that could fill the end wait for their own round trips.
 On random heterogeneous pipelines at 0.75p this lifted the bound by up to 4% (bench/solve_bench.py,
-hetero-random #12 and #16).
+hetero-random #12 and #16); on a V-shape under a byte cap where two chunks share a rank's memory,
+by up to 8% (a DeepSeek-V2-Lite-like split at p=8, 42 GiB).
 
-The search walks pass orders as a dynamic program over (forwards, backwards, weights done). Each pass
-starts as soon as the machine is free and its input is there (delaying a pass never helps: every later
-time only grows), so a state is the time the machine is free and the start times of the forwards whose
-backward is still to come. A state no earlier in all of these than another of the same counts
+The search walks pass orders as a dynamic program over the counts of each step done. Each pass starts
+as soon as the machine is free and its input is there (delaying a pass never helps: every later time
+only grows), so a state is the time the machine is free and the start times of the passes whose
+lagged successor is still to come. A state no earlier in all of these than another of the same counts
 is dropped: every continuation of the other finishes no later.
 """
 
@@ -36,13 +41,53 @@ MAX_EXPANSIONS = 20_000
 # then rarely holds a forward back, the walk is at its longest, and on the paper's Table 5 profiles and
 # the hetero-random instances (0.5p to 2p) it raised no bound there (the largest ratio where it did: 1.54).
 AMPLE = 2.0
+# The same for chains of several chunks, whose walk grows much faster with the room: past one round
+# trip's worth it ran out of budget on every V-shape rank tried (a second each), and raised none.
+CHAIN_AMPLE = 1.0
 # States kept per count: past this many, they merge into their earliest corner (see _add).
 FRONT_CAP = 8
+# The same for chains of several chunks, whose states carry more start times: one state per count,
+# the earliest corner of all that reach it, keeps them in budget (on the V-shape ranks tried it lost
+# at most 0.7% of the bound against 8, and walked half the states).
+CHAIN_FRONT_CAP = 1
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass of the rank's chain, the same for every microbatch: its duration, the memory it takes
+    at its start (alloc) and gives back at its end (free), and the step of the same microbatch it
+    follows (`after`, an index into the chain; None for the first), `lag` after that pass's start at
+    the earliest (None: once that pass has ended, which on one machine is whenever it has run)."""
+
+    duration: float
+    alloc: float
+    free: float
+    after: int | None = None
+    lag: float | None = None
+
+
+@dataclass(frozen=True)
+class RankChain:
+    """A rank's chain of steps (each step after the one it names), the microbatch count and the
+    rank's memory limit (inf for none)."""
+
+    steps: tuple[Step, ...]
+    m: int
+    cap: float
+
+    def round_trip(self) -> float:
+        """From the first step's start to the end of the last lagged step, along the lags."""
+        at = [0.0] * len(self.steps)
+        last = 0
+        for k, step in enumerate(self.steps):
+            if step.after is not None and step.lag is not None:
+                at[k], last = at[step.after] + step.lag, k
+        return at[last] + self.steps[last].duration
 
 
 @dataclass(frozen=True)
 class RankPasses:
-    """One rank's forward, backward and weight pass: durations, memory taken at the start (alloc) and
+    """One chunk's forward, backward and weight pass: durations, memory taken at the start (alloc) and
     given back at the end (free) of each; the lag from a forward's start to its backward's start; the
     microbatch count and the rank's memory limit (inf for none)."""
 
@@ -55,77 +100,115 @@ class RankPasses:
     m: int
     cap: float
 
+    def chain(self) -> RankChain:
+        (af, ab, aw), (ff, fb, fw) = self.alloc, self.free
+        return RankChain((Step(self.F, af, ff), Step(self.B, ab, fb, 0, self.lag), Step(self.W, aw, fw, 1)),
+                         self.m, self.cap)
 
-def least_span(rank: RankPasses, max_expansions: int = MAX_EXPANSIONS, ample: float = AMPLE) -> float | None:
-    """The least time from the rank's first forward's start to its last pass's end, or None when the
+
+def least_span(rank: RankPasses | RankChain, max_expansions: int = MAX_EXPANSIONS,
+               ample: float | None = None) -> float | None:
+    """The least time from the rank's first pass's start to its last pass's end, or None when the
     search exceeds `max_expansions` states, the limit holds `ample` round trips, or no order fits the
-    limit (then nothing is proven)."""
-    if _counts_to_walk(rank) > max_expansions:
+    limit (then nothing is proven). `ample`: AMPLE on one chunk, CHAIN_AMPLE on longer chains."""
+    chain = rank.chain() if isinstance(rank, RankPasses) else rank
+    if ample is None:
+        ample = AMPLE if len(chain.steps) <= 3 else CHAIN_AMPLE
+    if _counts_to_walk(chain) > max_expansions:
         return None  # give up at once rather than after walking max_expansions states
-    in_flight = rank.cap / rank.alloc[0] if rank.alloc[0] > 0 else math.inf
-    if in_flight * (rank.F + rank.B + rank.W) >= ample * (rank.lag + rank.B):
+    held = sum(step.alloc for step in chain.steps)
+    in_flight = chain.cap / held if held > 0 else math.inf
+    if in_flight * sum(step.duration for step in chain.steps) >= ample * chain.round_trip():
         return None
-    return _least_span(rank, max_expansions)
+    front_cap = FRONT_CAP if len(chain.steps) <= 3 else CHAIN_FRONT_CAP
+    return _least_span(chain, max_expansions, front_cap)
 
 
-def _counts_to_walk(rank: RankPasses) -> float:
-    """How many (forwards, backwards, weights) counts memory lets the search reach, at most: the
-    forwards in flight and the weights pending are each capped by the limit."""
-    in_flight = rank.cap / rank.alloc[0] if rank.alloc[0] > 0 else math.inf
-    held = rank.alloc[0] - rank.free[1]  # what a microbatch awaiting only its weight pass holds
-    pending = rank.cap / held if held > 0 else math.inf
-    return (rank.m + 1) * (min(in_flight, rank.m) + 1) * (min(pending, rank.m) + 1)
+def _counts_to_walk(chain: RankChain) -> float:
+    """How many step counts memory lets the search reach, at most, on one chunk (forwards in flight and
+    weights pending are each capped by the limit); on longer chains the budget alone decides."""
+    if len(chain.steps) != 3:
+        return 0.0
+    f, b, _ = chain.steps
+    in_flight = chain.cap / f.alloc if f.alloc > 0 else math.inf
+    held = f.alloc - b.free  # what a microbatch awaiting only its weight pass holds
+    pending = chain.cap / held if held > 0 else math.inf
+    return (chain.m + 1) * (min(in_flight, chain.m) + 1) * (min(pending, chain.m) + 1)
+
+
+State = tuple[float, tuple[tuple[float, ...], ...]]  # machine free at; per timed step, pending starts
 
 
 @lru_cache(maxsize=4096)
-def _least_span(rank: RankPasses, max_expansions: int) -> float | None:
-    m, dur = rank.m, (rank.F, rank.B, rank.W)
-    net = tuple(a - f for a, f in zip(rank.alloc, rank.free))
-    layer: dict[tuple[int, int, int], list[tuple[float, tuple[float, ...]]]] = {(0, 0, 0): [(0.0, ())]}
+def _least_span(chain: RankChain, max_expansions: int, front_cap: int) -> float | None:
+    steps = chain.steps
+    # The steps whose passes a later, lagged step waits on: their start times are the state.
+    timed = tuple(k for k in range(len(steps)) if any(s.after == k and s.lag is not None for s in steps))
+    net = tuple(s.alloc - s.free for s in steps)
+    layer: dict[tuple[int, ...], list[State]] = {(0,) * len(steps): [(0.0, ((),) * len(timed))]}
     expanded = 0
-    for _ in range(3 * m):
-        nxt: dict[tuple[int, int, int], list[tuple[float, tuple[float, ...]]]] = {}
+    for _ in range(len(steps) * chain.m):
+        nxt: dict[tuple[int, ...], list[State]] = {}
         for counts, front in layer.items():
             expanded += len(front)
             if expanded > max_expansions:
                 return None
-            for t, starts in front:
-                for key, state in _moves(rank, counts, t, starts, dur, net):
-                    _add(nxt.setdefault(key, []), state)
+            level = sum(c * x for c, x in zip(counts, net))
+            for state in front:
+                for key, after in _moves(chain, timed, counts, level, state, net):
+                    _add(nxt.setdefault(key, []), after, front_cap)
         layer = nxt
     # No order fits when the limit holds less than one microbatch's passes run apart (a fused backward
     # may still fit, which these passes do not model): then nothing is proven here.
     return min((t for front in layer.values() for t, _ in front), default=None)
 
 
-def _moves(rank: RankPasses, counts: tuple[int, int, int], t: float, starts: tuple[float, ...],
-           dur: tuple[float, float, float], net: tuple[float, ...]):
-    """The states one more pass leads to: the next forward (if memory allows), the next backward (its
-    input back after `lag`), the next weight pass (its backward is done, on this machine)."""
-    f, b, w = counts
-    level = f * net[0] + b * net[1] + w * net[2]
-    for kind, ready in ((0, f < rank.m), (1, b < f), (2, w < b)):
+def _moves(chain: RankChain, timed: tuple[int, ...], counts: tuple[int, ...], level: float, state: State,
+           net: tuple[float, ...]):
+    """The states one more pass leads to: the next pass of any step whose earlier step has run more
+    often (its input back after the lag) and whose memory fits."""
+    t, pending = state
+    # The level is a sum of counts times each step's net memory: allow its round-off, so that a limit
+    # met exactly is met (more room only makes the bound lower, never wrong).
+    cap = chain.cap + 1e-9 * max(1.0, abs(chain.cap))
+    for k, step in enumerate(chain.steps):
+        ready = counts[k] < chain.m if step.after is None else counts[k] < counts[step.after]
         # Memory only changes at a pass's start (alloc) and end (free), and runs one pass at a time.
-        if not ready or level + rank.alloc[kind] > rank.cap or level + net[kind] > rank.cap:
+        if not ready or level + step.alloc > cap or level + net[k] > cap:
             continue
-        if kind == 0:
-            yield (f + 1, b, w), (t + dur[0], starts + (t,))
-        elif kind == 1:
-            begin = max(t, starts[0] + rank.lag)
-            yield (f, b + 1, w), (begin + dur[1], starts[1:])
-        else:
-            yield (f, b, w + 1), (t + dur[2], starts)
+        begin, after = t, list(pending)
+        if step.after is not None and step.lag is not None:
+            j = timed.index(step.after)
+            begin = max(t, pending[j][0] + step.lag)
+            after[j] = pending[j][1:]
+        if k in timed:
+            j = timed.index(k)
+            after[j] = after[j] + (begin,)
+        yield counts[:k] + (counts[k] + 1,) + counts[k + 1:], (begin + step.duration, tuple(after))
 
 
-def _add(front: list[tuple[float, tuple[float, ...]]], state: tuple[float, tuple[float, ...]]) -> None:
-    """Keep `front` the states no other one dominates (no later in time and in every forward's start)."""
-    t, starts = state
-    for t2, s2 in front:
-        if t2 <= t and all(x <= y for x, y in zip(s2, starts)):
-            return
-    front[:] = [(t2, s2) for t2, s2 in front if not (t <= t2 and all(y <= x for x, y in zip(s2, starts)))]
+def _add(front: list[State], state: State, cap: int) -> None:
+    """Keep `front` the states no other one dominates (no later in time and in every pending start)."""
+    t, pending = state
+    if cap == 1 and front:
+        (t2, p2), = front
+        front[0] = (min(t, t2), tuple(tuple(map(min, a, b)) for a, b in zip(pending, p2)))
+        return
+    flat = [x for starts in pending for x in starts]
+
+    def no_later(a: State) -> bool:  # a is no later than state everywhere
+        return a[0] <= t and all(x <= y for x, y in zip((x for s in a[1] for x in s), flat))
+
+    def no_earlier(a: State) -> bool:
+        return t <= a[0] and all(y <= x for x, y in zip((x for s in a[1] for x in s), flat))
+
+    if any(no_later(other) for other in front):
+        return
+    front[:] = [other for other in front if not no_earlier(other)]
     front.append(state)
-    if len(front) > FRONT_CAP:
+    if len(front) > cap:
         # One state no later than any of them in every coordinate: it may not exist, so the search
         # is from here on a relaxation (its result still a lower bound), and the walk stays short.
-        front[:] = [(min(t2 for t2, _ in front), tuple(map(min, *(s2 for _, s2 in front))) if starts else ())]
+        front[:] = [(min(a[0] for a in front),
+                     tuple(tuple(map(min, *(a[1][j] for a in front))) if pending[j] else ()
+                           for j in range(len(pending))))]

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .bounds import RankBound, bound_passes, fusion_saves, objective_bound, rank_bounds
+from .bounds import RankBound, objective_bound, rank_bounds
+from .relaxations import bound_passes, fusion_saves
 from .cpsat import choose_step, orders_from_starts, solve_grid
 from .incumbent import fuse_if_faster, objective_of, split_backward
 from . import lns
@@ -144,7 +145,7 @@ def solve(
     # Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
     # fused backward costs less than B and W apart (an action overhead, a measured full backward), a
     # fused one beats the split pair. The proven bound is then the passes' at their shortest
-    # (bounds.bound_passes), and CP-SAT's (its model has neither pairs nor fused backwards) is unused.
+    # (relaxations.bound_passes), and CP-SAT's (its model has neither pairs nor fused backwards) is unused.
     pairs, fusing = problem.profile.gives_overlap, fusion_saves(problem)
     relaxed = pairs or fusing
     lb = objective_bound(rank_bounds(problem, bound_passes(problem)) if relaxed else real_bounds, problem.objective)
