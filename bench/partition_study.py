@@ -90,6 +90,17 @@ def markdown(records: list[dict[str, Any]], args: argparse.Namespace, notes: lis
     return "\n".join(lines + notes) + "\n"
 
 
+def _best_found(by: dict[str, Any], weakest: str, joint: Plan) -> str:
+    """Where the bound is another placement's, the best plan found there: far above its bound, that
+    placement's plans or its bound are weak, and the gap says which placement to look at."""
+    if weakest == "-" or weakest == joint.placement or "best_found" not in by[weakest]:
+        return ""
+    found = by[weakest]["best_found"]
+    if found == float("inf"):
+        return f"; no {weakest} plan fits"
+    return f"; the best {weakest} plan found is {found / 1e3:.1f} ms against its bound {by[weakest]['bound'] / 1e3:.1f} ms"
+
+
 def findings(rows: list[tuple[str, int, float, list[Plan]]]) -> list[str]:
     """What the rows show against the issue's targets, one line per row."""
     out = ["", "## Findings, row by row", ""]
@@ -112,7 +123,8 @@ def findings(rows: list[tuple[str, int, float, list[Plan]]]) -> list[str]:
         by = joint.extra.get("by_placement", {})
         weakest = min(by, key=lambda k: by[k]["bound"]) if by else "-"
         line += (f"gap {gap:.2%} to the bound over every split (set by the {weakest} placement's bound"
-                 f"{'' if not by or by[weakest]['walk_complete'] else ', whose split walk ran out of time'}); "
+                 f"{'' if not by or by[weakest]['walk_complete'] else ', whose split walk ran out of time'}"
+                 f"{_best_found(by, weakest, joint)}); "
                  f"imbalance of the plan's split {joint.extra['imbalance']:.2%}; {joint.seconds:.0f} s.")
         out.append(line)
     return out

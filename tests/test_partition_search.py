@@ -156,6 +156,18 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
     assert auto.schedule.meta["partition"]["chunks"] == auto.details["partition"]["chunks"]
 
 
+def test_each_placement_reports_its_best_plan_beside_its_bound():
+    """The joint answer is the best plan found on any placement, and each placement's best sits at or
+    above that placement's bound over every split."""
+    prof = layered(random_layers(10, 12), 8, comm=0.5)
+    auto = search_splits(SplitRequest(prof, 2, ("linear", "v"), "24GiB", "makespan", "auto"), time_limit=8)
+    by = auto.details["any_split_bound_by_placement"]
+    assert set(by) == {"linear", "v"}
+    assert min(facts["best_found"] for facts in by.values()) == pytest.approx(auto.objective)
+    for facts in by.values():
+        assert facts["best_found"] >= facts["bound"] * (1 - 1e-9)
+
+
 def test_even_spreads_blocks_and_keeps_the_ends_on_the_end_chunks():
     layers = layered(random_layers(10, 0), 4).layers
     assert even_counts(layers, 4) == (3, 2, 2, 3)  # 8 blocks: 2 each; embedding first, head last
@@ -235,3 +247,17 @@ def test_a_cap_no_split_fits_names_the_least_cap_that_does():
                       time_limit=2)
     fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), time_limit=2)
     assert all(rank["fits"] for rank in fits.details["partition"]["ranks"])
+
+
+def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
+    from types import SimpleNamespace
+
+    from zbsearch.cli.split import bound_line
+
+    details = {"any_split_bound": 90.0, "splits_scored": 7, "any_split_bound_by_placement": {
+        "linear": {"bound": 98.0, "best_found": 100.0}, "v": {"bound": 90.0, "best_found": 130.0}}}
+    plan = SimpleNamespace(objective=100.0, details=details, problem=SimpleNamespace(placement=linear(2)))
+    line = bound_line(plan)
+    assert "gap 10.00%" in line and "the bound is placement v's, whose best plan found is 130" in line
+    details["any_split_bound_by_placement"]["v"]["bound"] = 99.0  # now the plan's own placement is lower
+    assert "the bound is placement" not in bound_line(plan)

@@ -70,5 +70,14 @@ def bound_line(result: SolveResult) -> str:
     """How far the plan is from the best plan of any split."""
     any_split = result.details["any_split_bound"]
     gap = max(0.0, (result.objective - any_split) / result.objective) if result.objective > 0 else 0.0
-    return (f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%} "
+    line = (f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%} "
             f"({result.details['splits_scored']} splits scored)")
+    by = result.details.get("any_split_bound_by_placement") or {}
+    weakest = min(by, key=lambda name: by[name]["bound"], default=None)
+    if weakest is not None and len(by) > 1 and weakest != result.problem.placement.name \
+            and not math.isinf(by[weakest].get("best_found", math.inf)):
+        # The plan's own placement is not what holds the bound down: say which is, and how far its
+        # best plan is from it, so the user knows where the gap lives.
+        line += (f"; the bound is placement {weakest}'s, whose best plan found is "
+                 f"{fmt_number(by[weakest]['best_found'])}")
+    return line

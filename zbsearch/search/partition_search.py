@@ -276,6 +276,13 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
     """The best result, with the bound over every split and the split's description."""
     best = min(results, key=lambda r: (r.objective, max(rank_totals(r.timeline))))
     any_split, how = any_split_bound_of(request, search, best.objective, deadline)
+    for name, facts in how.items():
+        # The best plan found on each placement beside its bound: where the two stay far apart, the
+        # gap is that placement's, whichever of them is weak.
+        kind = parse_placement(name, request.num_ranks).name
+        found = [s.objective for s in search.scored.values() if s.placement.name == kind]
+        found += [r.objective for r in results if r.problem.placement.name == kind]
+        facts["best_found"] = min(found, default=math.inf)
     best.details["own_split_bound"] = best.lower_bound
     best.details["any_split_bound"] = any_split
     best.details["any_split_bound_by_placement"] = how
