@@ -21,6 +21,7 @@ from ..core.ir import Action, Kind, Schedule, build
 from .problem import Problem, on_grid
 from ..sim.summary import summarize
 from .solve_report import SolveReport
+from .starts import Start, periodic_applies, periodic_start, tuned_start
 from ..sim.simulate import Timeline, simulate
 from ..sim.validate import check
 
@@ -37,6 +38,8 @@ EXACT_FIRST_MAX_PASSES = 600
 # Share of the time limit the per-rank tuning of the list greedy may take (greedy_tune.py); it stops
 # sooner when its search settles, in about a second on p=8, m=25.
 TUNE_SHARE = 0.15
+# Share of the time limit for the periodic start (greedy_modulo.py), where it applies.
+PERIODIC_SHARE = 0.1
 # Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
 OPTIMAL_RTOL = 1e-9
 
@@ -155,7 +158,7 @@ def solve(
     elif fusing:
         details["cpsat_bound"] = ("not used: a fused backward costs less than B and W apart here and the CP-SAT model "
                                   "splits every backward")
-    name, best, best_tl, best_obj = _tuned_start(problem, name, best, best_tl, best_obj, lb, time_limit, seed, details)
+    name, best, best_tl, best_obj = _better_starts(problem, (name, best, best_tl, best_obj), lb, time_limit, seed, details)
     start, heuristic_obj = best, best_obj
     if progress:
         progress(Progress(time.monotonic() - t0, best_obj, lb, "heuristics"))
@@ -250,28 +253,17 @@ def solve_placements(
     return best
 
 
-def _tuned_start(problem: Problem, name: str, best: Schedule, best_tl: Timeline, best_obj: float, lb: float,
-                 time_limit: float, seed: int, details: dict[str, Any]) -> tuple[str, Schedule, Timeline, float]:
-    """The start, or the per-rank tuned list greedy (greedy_tune.py, for TUNE_SHARE of the time limit)
-    where that is better and valid; the start unchanged when it meets the bound already."""
-    from .greedy_tune import tune
-    from .greedy_options import GreedyOptions
-    from .heuristics import _schedule
-
-    if best_obj <= lb * (1 + OPTIMAL_RTOL):
-        return name, best, best_tl, best_obj
-    pl, m = problem.placement, problem.num_microbatches
-    base = GreedyOptions("list", by_route=len(pl.routes) > 1)
-    tuned = tune(problem.profile, m, problem.limit, pl, problem.objective, base=base,
-                 deadline=time.monotonic() + TUNE_SHARE * time_limit, seed=seed)
-    if tuned is None or tuned.cost >= best_obj * (1 - 1e-12):
-        return name, best, best_tl, best_obj
-    schedule = _schedule(tuned.result, pl, m, problem.limit, tuned.options)
-    report = check(schedule, problem.profile, problem.limit)
-    if not report.ok or report.timeline is None:
-        return name, best, best_tl, best_obj
-    details["tuned_start"] = {"from": name, "found_at_evaluation": tuned.found_at}
-    return schedule.name, schedule, report.timeline, objective_of(report.timeline, problem.objective)
+def _better_starts(problem: Problem, start: Start, lb: float, time_limit: float, seed: int,
+                   details: dict[str, Any]) -> Start:
+    """The start, or a better valid one from the per-rank tuned list greedy (for TUNE_SHARE of the time
+    limit) and, on chunked placements under a limit, the periodic schedule (for PERIODIC_SHARE); the
+    start unchanged when it meets the bound already."""
+    if start[3] <= lb * (1 + OPTIMAL_RTOL):
+        return start
+    start = tuned_start(problem, start, time.monotonic() + TUNE_SHARE * time_limit, seed, details)
+    if start[3] > lb * (1 + OPTIMAL_RTOL) and periodic_applies(problem):
+        start = periodic_start(problem, start, time.monotonic() + PERIODIC_SHARE * time_limit, details)
+    return start
 
 
 def _improve_by_lns(problem: Problem, best: Schedule, best_tl: Timeline, best_obj: float, until: float, workers: int,
