@@ -51,6 +51,20 @@ def test_periodic_orders_are_complete_and_never_deadlock(seed: int, placement: s
     assert built > 0
 
 
+def test_the_two_weight_orders_are_different_schedules() -> None:
+    """Weight passes last, or each right after its backward: the sweep tries both, so they must differ."""
+    prof = random_stages(random.Random(7), 4, 8)
+    problem = make_problem(prof, None, "makespan", "v")
+    work = max(sum(ps.duration for ps in problem.passes if ps.rank == r and ps.action.microbatch == 0)
+               for r in range(4))
+    differ = 0
+    for ratio in (1.1, 1.3, 1.6):
+        last, after_b = (periodic_schedule(problem, work * ratio, w) for w in (True, False))
+        assert last is not None and after_b is not None
+        differ += last.ranks != after_b.ranks
+    assert differ > 0
+
+
 def test_periodic_start_wins_on_a_tight_v_split() -> None:
     """DeepSeek-V2-Lite-like at p=8 under a 42 GiB cap, on the V split of least cheap bound: the middle
     ranks hold six chunk-microbatches. Every greedy start waits on the long round trips; the periodic

@@ -10,8 +10,9 @@ heuristic on the same split by 3% to 13%; at 0.5p on solve_bench's V rows and on
 it did not, and there the other starts stay.
 
 The method is iterative modulo scheduling (Rau, MICRO 1994) without its backtracking: passes of
-microbatch 0 in dependency order (forwards and backwards first, weight passes after, or all in order),
-each at the earliest time its inputs allow whose phase modulo T is free on its rank. Microbatch i runs
+microbatch 0 in dependency order (forwards and backwards first and weight passes after, or each
+weight pass right after its backward), each at the earliest time its inputs allow whose phase modulo T
+is free on its rank. Microbatch i runs
 the same passes i*T later, so each rank's order is all of them sorted by time; the simulator then
 times that order as early as possible. The infinite periodic schedule meets every dependency and
 never overlaps two passes on a rank, so its orders never deadlock for any m; memory depends only on
@@ -69,8 +70,12 @@ def periodic_schedule(problem: Problem, period: float, weights_last: bool = True
     pass finds no free phase on its rank."""
     first = [ps for ps in problem.passes if ps.action.microbatch == 0]
     duration = {ps.action: ps.duration for ps in first}
-    if weights_last:
-        first = [ps for ps in first if ps.action.kind is not Kind.W] + [ps for ps in first if ps.action.kind is Kind.W]
+    # Problem.passes lists a microbatch's forwards, then its backwards, then its weight passes; the
+    # other order places each weight pass right after its own backward (it needs only that one).
+    if not weights_last:
+        w_of = {ps.action.chunk: ps for ps in first if ps.action.kind is Kind.W}
+        first = [x for ps in first if ps.action.kind is not Kind.W
+                 for x in ([ps, w_of[ps.action.chunk]] if ps.action.kind is Kind.B else [ps])]
     rings: dict[int, _Ring] = defaultdict(lambda: _Ring(period))
     start: dict[Action, float] = {}
     for ps in first:
@@ -111,7 +116,8 @@ def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, Timeline
                 if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], ratio, *found[1:])
         if n == 0 and best is not None:
-            sweeps.append([best[1] + step * (k / FINE - 0.5) for k in range(FINE + 1) if best[1] + step * (k / FINE - 0.5) >= 1])
+            sweeps.append([best[1] + step * (k / FINE - 0.5) for k in range(FINE + 1)
+                           if k != FINE // 2 and best[1] + step * (k / FINE - 0.5) >= 1])
     return None if best is None else best[2:]
 
 
