@@ -126,6 +126,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -
     chunks = _chunk_facts(passes)
     paths = _forward_paths(problem, passes)
     held = _memory_time(chunks, _hold_times(paths), problem.limit.per_rank)
+    first_mb = [ps for ps in passes if ps.action.microbatch == 0]  # costs do not depend on the microbatch
     out: list[RankBound] = []
     chained: list[RankChain | None] = []
     for r in range(p):
@@ -143,7 +144,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -
         # The windows overlap only if every forward runs before the first backward, so all of
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
-        alone = _alone(problem, passes, mine, cap) if chains or len(mine) == 1 else None
+        alone = _alone(problem, first_mb, mine, cap) if chains or len(mine) == 1 else None
         chained.append(alone if alone is not None and len(alone.steps) > 3 else None)
         one_chunk = alone is not None and len(alone.steps) <= 3
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
@@ -160,26 +161,22 @@ CHAIN_REACH = 0.1
 def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str) -> list[RankBound]:
     """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
     and come within CHAIN_REACH of the largest rank bound."""
-    def value(b: RankBound) -> float:
-        return b.end if objective == "makespan" else b.span
-
-    top = max((value(b) for b in out), default=0.0)
+    top = objective_bound(out, objective) if out else 0.0
     for r, chain in enumerate(chains):
-        if chain is not None and value(out[r]) >= (1 - CHAIN_REACH) * top:
+        if chain is not None and objective_bound([out[r]], objective) >= (1 - CHAIN_REACH) * top:
             out[r] = replace(out[r], sequence=least_span(chain) or 0.0)
     return out
 
 
-def _alone(problem: Problem, passes: Sequence[Pass], mine: dict[int, "_Chunk"], cap: float) -> RankChain | None:
+def _alone(problem: Problem, first_mb: Sequence[Pass], mine: dict[int, "_Chunk"], cap: float) -> RankChain | None:
     """The rank on its own (rank_sequence.py) where its chunks lie on a single route; else None. Its
-    chain, from microbatch 0's passes (costs do not depend on the microbatch): the forwards in route
-    order, the backwards in reverse, each lagged behind the one before by the longest dependency path
-    from that one's start (through the other ranks); a weight pass after each backward."""
+    chain, from microbatch 0's passes `first_mb` (in dependency order): the forwards in route order,
+    the backwards in reverse, each lagged behind the one before by the longest dependency path from
+    that one's start (through the other ranks); a weight pass after each backward."""
     route = problem.placement.routes
     if len(route) != 1 or not mine:
         return None
     here = [c for c in route[0] if c in mine]
-    first_mb = [ps for ps in passes if ps.action.microbatch == 0]
     by_action = {ps.action: ps for ps in first_mb}
     order = [Action(c, Kind.F, 0) for c in here] + [Action(c, Kind.B, 0) for c in reversed(here)]
     if any(a not in by_action for a in order) or any(Action(c, Kind.W, 0) not in by_action for c in here):

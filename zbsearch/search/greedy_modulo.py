@@ -26,8 +26,6 @@ import time
 from collections import defaultdict
 
 from ..core.ir import Action, Kind, Schedule, build
-from ..sim.simulate import Timeline, simulate
-from ..sim.validate import MEMORY_RTOL
 from .problem import Problem
 
 # Periods tried: a coarse sweep over [1, 2] x the busiest rank's work per microbatch, then a finer
@@ -94,9 +92,9 @@ def periodic_schedule(problem: Problem, period: float, weights_last: bool = True
     return build(f"periodic(T={period:.6g})", problem.placement, m, ranks, heuristic="periodic")
 
 
-def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, Timeline] | None:
-    """The best periodic schedule within the memory limit over the sweep of periods, by the problem's
-    objective, before `deadline` (time.monotonic()); None when none fits."""
+def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, float] | None:
+    """The best periodic schedule within the memory limit over the sweep of periods, and its objective
+    by the simulator, before `deadline` (time.monotonic()); None when none fits."""
     work: dict[int, float] = defaultdict(float)
     for ps in problem.passes:
         if ps.action.microbatch == 0:
@@ -104,29 +102,29 @@ def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, Timeline
     base = max(work.values(), default=0.0)
     if base <= 0:
         return None
-    best: tuple[float, float, Schedule, Timeline] | None = None
+    best: tuple[float, float, Schedule] | None = None  # objective, period ratio, schedule
     step = (WIDEST - 1) / COARSE
     sweeps = [[1 + k * step for k in range(COARSE + 1)]]
     for n, ratios in enumerate(sweeps):
         for ratio in ratios:
             for weights_last in (True, False):
                 if time.monotonic() >= deadline:
-                    return None if best is None else best[2:]
+                    return None if best is None else (best[2], best[0])
                 found = _evaluate(problem, base * ratio, weights_last)
                 if found is not None and (best is None or found[0] < best[0]):
-                    best = (found[0], ratio, *found[1:])
+                    best = (found[0], ratio, found[1])
         if n == 0 and best is not None:
             sweeps.append([best[1] + step * (k / FINE - 0.5) for k in range(FINE + 1)
                            if k != FINE // 2 and best[1] + step * (k / FINE - 0.5) >= 1])
-    return None if best is None else best[2:]
+    return None if best is None else (best[2], best[0])
 
 
-def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[float, Schedule, Timeline] | None:
-    """(objective, schedule, timeline) of one periodic schedule, or None when it does not fit."""
+def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[float, Schedule] | None:
+    """(objective, schedule) of one periodic schedule, or None when it does not fit the limit."""
+    from .heuristics import _quick
+
     schedule = periodic_schedule(problem, period, weights_last)
-    if schedule is None:
+    quick = None if schedule is None else _quick(schedule, problem.profile, problem.limit)
+    if quick is None:
         return None
-    tl = simulate(schedule, problem.profile)
-    if any(tl.peak_memory(r) > cap * (1 + MEMORY_RTOL) + 1e-12 for r, cap in enumerate(problem.limit.per_rank)):
-        return None
-    return (tl.makespan if problem.objective == "makespan" else tl.span), schedule, tl
+    return (quick[0] if problem.objective == "makespan" else quick[1]), schedule

@@ -190,9 +190,8 @@ def _moves(chain: RankChain, timed: tuple[int, ...], counts: tuple[int, ...], le
 def _add(front: list[State], state: State, cap: int) -> None:
     """Keep `front` the states no other one dominates (no later in time and in every pending start)."""
     t, pending = state
-    if cap == 1 and front:
-        (t2, p2), = front
-        front[0] = (min(t, t2), tuple(tuple(map(min, a, b)) for a, b in zip(pending, p2)))
+    if cap == 1 and front:  # one state per count: skip the dominance tests, merge at once
+        front[0] = _corner([front[0], state])
         return
     flat = [x for starts in pending for x in starts]
 
@@ -209,6 +208,9 @@ def _add(front: list[State], state: State, cap: int) -> None:
     if len(front) > cap:
         # One state no later than any of them in every coordinate: it may not exist, so the search
         # is from here on a relaxation (its result still a lower bound), and the walk stays short.
-        front[:] = [(min(a[0] for a in front),
-                     tuple(tuple(map(min, *(a[1][j] for a in front))) if pending[j] else ()
-                           for j in range(len(pending))))]
+        front[:] = [_corner(front)]
+
+
+def _corner(states: list[State]) -> State:
+    """A state no later than each of `states` (two or more, of the same counts) in every coordinate."""
+    return min(s[0] for s in states), tuple(tuple(map(min, *starts)) for starts in zip(*(s[1] for s in states)))

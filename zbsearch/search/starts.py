@@ -52,7 +52,7 @@ def periodic_start(problem: Problem, start: Start, deadline: float, details: dic
     from .greedy_modulo import best_periodic
 
     found = best_periodic(problem, deadline)
-    if found is None or objective_of(found[1], problem.objective) >= start[3] * (1 - 1e-12):
+    if found is None or found[1] >= start[3] * (1 - 1e-12):
         return start
     valid = _valid(problem, found[0])
     if valid is None:
