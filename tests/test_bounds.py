@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.search.bounds import lower_bound, rank_bounds
+import itertools
+
+from zbsearch.search.bounds import lower_bound, most_that_fits, rank_bounds
 from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
@@ -153,3 +155,16 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
     result = solve_module.solve(problem, time_limit=20)
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert bound <= result.objective + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_fill_is_the_best_whole_count_choice(seed):
+    """The most forward work held at once in a room (what the idle bounds of the V split walk and of
+    every rank subtract) equals an enumeration of whole counts."""
+    rng = random.Random(seed)
+    items = [(rng.choice([0.0, 1.0, 2.5, 3.0]), rng.uniform(1, 5), rng.randint(0, 4)) for _ in range(rng.randint(1, 3))]
+    room = rng.uniform(0, 12)
+    best = max(sum(n * w for n, (_, w, _) in zip(counts, items))
+               for counts in itertools.product(*(range(c + 1) for _, _, c in items))
+               if sum(n * s for n, (s, _, _) in zip(counts, items)) <= room)
+    assert most_that_fits(room, items) == pytest.approx(best)

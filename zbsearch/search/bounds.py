@@ -276,19 +276,26 @@ EXACT_COMBINATIONS = 2_000
 def _forwards_that_fit(mine: dict[int, _Chunk], cap: float) -> float:
     """Most forward work a rank can run before its first backward: nothing is freed until a
     backward ends, so all those forwards' activations are held at once."""
-    if math.isinf(cap):
-        return sum(f.F * f.count for f in mine.values())
-    chunks = list(mine.values())
-    head, tail = chunks[:-1], chunks[-1]
-    ranges = [range(_fits(cap, f.alloc, f.count) + 1) for f in head]
+    return most_that_fits(cap, [(f.alloc, f.F, f.count) for f in mine.values()])
+
+
+def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> float:
+    """The most worth of (size, worth, count) items held at once in `room`: exact over whole counts
+    when there are few combinations, else the linear relaxation (an upper bound, so idle bounds built
+    on it stay valid)."""
+    if math.isinf(room):
+        return sum(worth * count for _, worth, count in items)
+    head, (tail_size, tail_worth, tail_count) = items[:-1], items[-1]
+    ranges = [range(_fits(room, size, count) + 1) for size, _, count in head]
     if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
-        return _fractional(cap, [(f.alloc, f.F, f.count) for f in chunks])
+        return _fractional(room, list(items))
     best = 0.0
     for counts in itertools.product(*ranges):
-        room = cap - sum(n * f.alloc for n, f in zip(counts, head))
-        if room < 0:
+        left = room - sum(n * size for n, (size, _, _) in zip(counts, head))
+        if left < 0:
             continue
-        best = max(best, sum(n * f.F for n, f in zip(counts, head)) + _fits(room, tail.alloc, tail.count) * tail.F)
+        best = max(best, sum(n * worth for n, (_, worth, _) in zip(counts, head))
+                   + _fits(left, tail_size, tail_count) * tail_worth)
     return best
 
 

@@ -39,6 +39,7 @@ from typing import Sequence
 
 from ..core.ir import Placement
 from ..core.layers import Layer
+from .bounds import most_that_fits
 
 
 @dataclass(frozen=True)
@@ -180,9 +181,7 @@ def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, i
     # its room holds.
     forwards = [s("F", i, j) for i, j in ranges]
     wait = s("F", down, s.n) + s("B", up_end, s.n) + 2 * (p - 1) * data.min_hop
-    fits = m * sum(forwards)
-    if not math.isinf(room):
-        fits = min(fits, room * max(f / mem if mem > 0 else math.inf for f, mem in zip(forwards, mems)))
+    fits = most_that_fits(room * (1 + 1e-9), [(mem, f, m) for f, mem in zip(forwards, mems)])
     # The down chunk is 2p-2-r crossings from the route's end, the up chunk r.
     span = max(m * work, wait + m * work - fits, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
                m * work + _round_trip_idle(s, data, ranges, 2 * (2 * p - 2 - r), room))
