@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.search.greedy_modulo import _Ring, best_periodic, periodic_schedule
+from zbsearch.search.greedy_modulo import _evaluate, _held_on_ring, _Ring, best_periodic, periodic_schedule
 from zbsearch.search.problem import make_problem
 from zbsearch.sim.validate import check
 
@@ -89,3 +89,53 @@ def test_periodic_start_wins_on_a_tight_v_split() -> None:
     assert check(start[1], problem.profile, problem.limit).ok
     found = best_periodic(problem, time.monotonic() + 60)
     assert found is not None and found[1] == pytest.approx(start[3])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_release_delays_keep_orders_complete_and_deadlock_free(seed: int) -> None:
+    """Capping how many microbatches a rank holds on its first chunk delays whole microbatches; the
+    orders must stay valid whatever the caps."""
+    rng = random.Random(700 + seed)
+    p = rng.randint(2, 4)
+    m = rng.randint(2, 4) * p
+    prof = random_stages(rng, p, m)
+    problem = make_problem(prof, None, "makespan", rng.choice(["v", "interleaved:2"]))
+    work = max(sum(ps.duration for ps in problem.passes if ps.rank == r and ps.action.microbatch == 0)
+               for r in range(p))
+    caps = [float(rng.randint(1, m)) for _ in range(p)]
+    schedule = periodic_schedule(problem, work * 1.2, weights_last=True, in_flight=caps)
+    assert schedule is not None
+    report = check(schedule, prof, problem.limit)
+    assert report.ok, report.problems
+    held = [_held_on_ring(problem, schedule, r) for r in range(p)]
+    assert all(h <= c for h, c in zip(held, caps))
+
+
+def test_a_rank_over_the_cap_is_throttled_instead_of_the_period_raised() -> None:
+    """GPT-3-2.7B-like at p=8 under a 10 GiB cap, on a V split with two heavy ends on rank 0: near the
+    busiest rank's period the plain periodic orders overflow rank 0 only; capping what rank 0 holds
+    fits there. Measured: 647k us against 724k from the plain sweep (and a 30 s solve from it)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from partition_study import study_profile
+
+    from zbsearch.search.partition_search import SplitRequest, SplitSearch
+    from zbsearch.search.problem import parse_placement
+    from zbsearch.search.solve import heuristic_start, objective_of
+    from zbsearch.sim.simulate import simulate
+
+    prof = study_profile("gpt3-2.7b", 8)
+    search = SplitSearch(SplitRequest(prof, 8, ("v",), "10GiB", "makespan"), time.monotonic() + 600)
+    problem = search.problem(parse_placement("v", 8), (3, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 4, 2))
+    work = max(sum(ps.duration for ps in problem.passes if ps.rank == r and ps.action.microbatch == 0)
+               for r in range(8))
+    period = 1.1875 * work
+    plain = periodic_schedule(problem, period)
+    assert plain is not None
+    tl = simulate(plain, problem.profile)
+    over = [r for r in range(8) if tl.peak_memory(r) > problem.limit.per_rank[r]]
+    assert over == [0]
+    found = _evaluate(problem, period, True)
+    assert found is not None and check(found[1], problem.profile, problem.limit).ok
+    best = best_periodic(problem, time.monotonic() + 60)
+    _, _, start = heuristic_start(problem)
+    assert best is not None and best[1] < 0.95 * objective_of(start, "makespan")
