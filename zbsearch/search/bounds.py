@@ -286,9 +286,13 @@ def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> fl
     if math.isinf(room):
         return sum(worth * count for _, worth, count in items)
     head, (tail_size, tail_worth, tail_count) = items[:-1], items[-1]
+    if len(head) == 1:  # two chunks (the V-shape), the split walk's hot path: one plain loop
+        size, worth, count = head[0]
+        return max(n * worth + _fits(room - n * size, tail_size, tail_count) * tail_worth
+                   for n in range(_fits(room, size, count) + 1))
     ranges = [range(_fits(room, size, count) + 1) for size, _, count in head]
     if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
-        return _fractional(room, list(items))
+        return fractional_fill(room, list(items))
     best = 0.0
     for counts in itertools.product(*ranges):
         left = room - sum(n * size for n, (size, _, _) in zip(counts, head))
@@ -312,7 +316,7 @@ def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ..
     ranges = [range(_fits(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]
     if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
         items = [(f.alloc, f.B + f.W, counts[c]) for c, f in chunks] + [(f.keep, f.W, counts[c]) for c, f in chunks]
-        return _fractional(room0, items)
+        return fractional_fill(room0, items)
     best = 0.0
     for waiting_b in itertools.product(*ranges):
         room = room0 - sum(n * f.alloc for n, (_, f) in zip(waiting_b, chunks))
@@ -324,7 +328,7 @@ def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ..
             keep, w, n_max = w_items[0]
             done += _fits(room, keep, n_max) * w
         else:
-            done += _fractional(room, w_items)
+            done += fractional_fill(room, w_items)
         best = max(best, done)
     return best
 
@@ -338,7 +342,7 @@ def _fits(room: float, size: float, count: int) -> int:
     return max(0, min(count, math.floor(room / size + 1e-9)))
 
 
-def _fractional(room: float, items: list[tuple[float, float, int]]) -> float:
+def fractional_fill(room: float, items: list[tuple[float, float, int]]) -> float:
     """Linear relaxation of a bounded knapsack: (size, worth, count) items by worth per size, the
     last one cut to fit. No integer choice is worth more."""
     total = 0.0

@@ -81,18 +81,18 @@ class SplitSearch:
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
 
-    def leaf_bound(self, placement: Placement) -> Callable[[tuple[int, ...]], float]:
+    def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
         """A split's own bound: the analytic one (bounds.py), or what solving it proved; inf when no
-        schedule of it fits the limit."""
+        schedule of it fits the limit. `chains`: with the walk over each rank's chain of chunks, which
+        costs about ten times as much per split (the walk gives it only the splits that could set its
+        answer)."""
         def bound(counts: tuple[int, ...]) -> float:
             try:
                 problem = self.problem(placement, counts)
                 problem.check_feasible()
             except InfeasibleError:
                 return math.inf
-            # Without the chain walk: it costs the walk over splits about ten times its time per split
-            # (DeepSeek-V2-Lite-like, p=8, 42 GiB: 95 s instead of 8 s) for a 1.6% higher bound.
-            own = objective_bound(rank_bounds(problem, bound_passes(problem), chains=False), problem.objective)
+            own = objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains), problem.objective)
             return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
         return bound
 
@@ -265,7 +265,8 @@ def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: fl
         placement = parse_placement(name, request.num_ranks)
         data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom)
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
-        value, visited, complete = refined_bound(data, incumbent, search.leaf_bound(placement), end)
+        value, visited, complete = refined_bound(data, incumbent, search.leaf_bound(placement), end,
+                                                  search.leaf_bound(placement, chains=True))
         how[name] = {"bound": value, "splits_bounded": visited, "walk_complete": complete}
         out = min(out, value)
     return out, how

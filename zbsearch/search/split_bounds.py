@@ -181,10 +181,16 @@ def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, i
     # its room holds.
     forwards = [s("F", i, j) for i, j in ranges]
     wait = s("F", down, s.n) + s("B", up_end, s.n) + 2 * (p - 1) * data.min_hop
-    fits = most_that_fits(room * (1 + 1e-9), [(mem, f, m) for f, mem in zip(forwards, mems)])
     # The down chunk is 2p-2-r crossings from the route's end, the up chunk r.
-    span = max(m * work, wait + m * work - fits, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
+    span = max(m * work, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
                m * work + _round_trip_idle(s, data, ranges, 2 * (2 * p - 2 - r), room))
+    # The fill is at least one chunk's forwards alone; the exact one (whole microbatches of each
+    # chunk) only where that can make the wait bind: this runs for every pair of the walk's ranges.
+    items = [(mem, f, m) for f, mem in zip(forwards, mems)]
+    alone = max(f * (m if mem <= 0 or math.isinf(room) else min(m, math.floor(room / mem * (1 + 1e-9))))
+                for mem, f, _ in items)
+    if wait + m * work - alone > span:
+        span = max(span, wait + m * work - most_that_fits(room * (1 + 1e-9), items))
     if data.objective != "makespan":
         return span
     head = s("F", 0, down) + r * data.min_hop

@@ -10,6 +10,7 @@ bound is counted. So it stays a lower bound on the best plan of any split, whate
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -75,8 +76,11 @@ def linear_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, dea
     return min(incumbent, visit(0, 0, 0.0, ())), walk.leaves, walk.complete
 
 
-def _v_suffix(s: _Sums, data: SplitBoundInput) -> list[dict[tuple[int, int], float]]:
-    """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them."""
+@functools.lru_cache(maxsize=4)
+def _v_suffix(data: SplitBoundInput) -> list[dict[tuple[int, int], float]]:
+    """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them.
+    Cached: the walk with the strong split bound reads the table the plain walk built."""
+    s = _Sums(data.layers)
     p, n = data.placement.num_ranks, s.n
     g: list[dict[tuple[int, int], float]] = [dict() for _ in range(p)]
     g[p - 1] = {(a, b): _v_rank(s, data, p - 1, (a, b), (b, b)) for a in range(n) for b in range(a + 2, n + 1)}
@@ -89,28 +93,36 @@ def _v_suffix(s: _Sums, data: SplitBoundInput) -> list[dict[tuple[int, int], flo
     return g
 
 
-def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
+def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float,
+              strong: LeafBound | None = None) -> tuple[float, int, bool]:
     """(bound, splits visited, whether the walk finished) on the V-shape placement.
 
     Best first: the open node with the least cheap bound is expanded next, so the bound over every
     split (the least open node, or a visited split's own bound when lower) rises as the walk goes,
-    rather than only once a whole subtree is done."""
+    rather than only once a whole subtree is done. With `strong` (a tighter, dearer bound of one
+    split), a split goes back on the heap at its own bound and gets the strong one only when it comes
+    up again: only the splits that could still set the answer pay for it."""
     s, p, n = _Sums(data.layers), data.placement.num_ranks, len(data.layers)
-    g = _v_suffix(s, data)
+    g = _v_suffix(data)
     walk = _Walk(incumbent, deadline)
     order = itertools.count()
-    # (bound, tie, rank, outer range left, max over earlier ranks, earlier outer ranges, apex cut)
-    open_nodes: list[tuple[float, int, int, tuple[int, int], float, tuple[tuple[int, int], ...], int]] = [
-        (g[0].get((0, n), math.inf), next(order), 0, (0, n), 0.0, (), 0)]
+    # (bound, tie, rank, outer range left, max over earlier ranks, earlier outer ranges, apex cut,
+    # whether the split's own bound is in `bound` already)
+    open_nodes: list[tuple[float, int, int, tuple[int, int], float, tuple[tuple[int, int], ...], int, bool]] = [
+        (g[0].get((0, n), math.inf), next(order), 0, (0, n), 0.0, (), 0, False)]
     while open_nodes and open_nodes[0][0] < walk.threshold and not walk.out_of_time():
-        node, _, r, (a, b), partial, outer, cut = heapq.heappop(open_nodes)
-        if cut:  # a whole split: its own bound
+        node, _, r, (a, b), partial, outer, cut, own = heapq.heappop(open_nodes)
+        if cut and strong is not None and not own:
+            value = max(node, leaf(v_counts(outer, cut, n)))
+            heapq.heappush(open_nodes, (value, next(order), r, (a, b), partial, outer, cut, True))
+        elif cut:  # a whole split: its own bound
             walk.leaves += 1
-            walk.threshold = min(walk.threshold, max(node, leaf(v_counts(outer, cut, n))))
+            split = v_counts(outer, cut, n)
+            walk.threshold = min(walk.threshold, max(node, (strong or leaf)(split)))
         elif r == p - 1:
             for c in range(a + 1, b):
-                own = max(partial, _v_chunks(s, data, r, [(a, c), (c, b)]))
-                heapq.heappush(open_nodes, (own, next(order), r, (a, b), own, outer + ((a, b),), c))
+                value = max(partial, _v_chunks(s, data, r, [(a, c), (c, b)]))
+                heapq.heappush(open_nodes, (value, next(order), r, (a, b), value, outer + ((a, b),), c, False))
         else:
             need = 2 * (p - 2 - r)
             for a2 in range(a + 1, b):
@@ -118,7 +130,8 @@ def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline
                     cost = max(partial, _v_rank(s, data, r, (a, b), (a2, b2)))
                     child = max(cost, g[r + 1].get((a2, b2), math.inf))
                     if child < walk.threshold:
-                        heapq.heappush(open_nodes, (child, next(order), r + 1, (a2, b2), cost, outer + ((a, b),), 0))
+                        heapq.heappush(open_nodes, (child, next(order), r + 1, (a2, b2), cost, outer + ((a, b),), 0,
+                                                    False))
     rest = open_nodes[0][0] if open_nodes else math.inf
     walk.complete = not open_nodes or rest >= walk.threshold
     return min(walk.threshold, rest), walk.leaves, walk.complete
@@ -136,9 +149,11 @@ def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, o
 
 
 def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
-                  deadline: float | None) -> tuple[float, int, bool]:
+                  deadline: float | None, strong: LeafBound | None = None) -> tuple[float, int, bool]:
     """(bound, splits bounded one by one, whether every split was accounted for exactly): the cheap DP
-    bound, tightened by the walk until `deadline` when there is one and it is below the incumbent."""
+    bound, tightened by the walk until `deadline` when there is one and it is below the incumbent
+    (on the V-shape, `strong` is the dearer bound of a split the walk gives only the splits that come
+    up at their own bound)."""
     cheap = min(incumbent, any_split_bound(data))
     if deadline is None or cheap >= incumbent:
         return cheap, 0, cheap >= incumbent
@@ -147,6 +162,11 @@ def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
         value, visited, complete = linear_refined(data, incumbent, leaf, deadline)
     elif p.name == "v":
         value, visited, complete = v_refined(data, incumbent, leaf, deadline)
+        if strong is not None and time.monotonic() < deadline:
+            # Again with the strong bound in the time left: both are bounds over every split, so the
+            # larger holds; run alone, its dearer splits could leave nodes unexpanded below the first.
+            again, more, _ = v_refined(data, incumbent, leaf, deadline, strong)
+            value, visited = max(value, again), visited + more
     else:
         return cheap, 0, False
     return max(cheap, value), visited, complete
