@@ -35,7 +35,7 @@ from typing import Sequence
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule, build
 from ..sim.simulate import simulate
-from ..sim.validate import MEMORY_RTOL
+from ..sim.validate import over_limit
 from .problem import Pass, Problem
 
 # Periods tried: a coarse sweep over [1, 2] x the busiest rank's work per microbatch, then a finer
@@ -126,7 +126,7 @@ def _releases(problem: Problem, period: float, first: list[Pass], start: dict[Ac
     lives = []
     for r, k in enumerate(in_flight or ()):
         if k < m:
-            chunk = next(c for c in problem.placement.routes[0] if problem.placement.chunk_to_rank[c] == r)
+            chunk = _first_chunk(problem, r)
             b = next(ps for ps in first if ps.action == Action(chunk, Kind.B, 0))
             lives.append((int(k), start[b.action] + b.duration - start[Action(chunk, Kind.F, 0)]))
     release: list[float] = []
@@ -176,7 +176,7 @@ def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[floa
             tl = simulate(schedule, problem.profile)
         except ScheduleError:
             return None
-        over = [r for r in range(p) if tl.peak_memory(r) > problem.limit.per_rank[r] * (1 + MEMORY_RTOL) + 1e-12]
+        over = [r for r in range(p) if over_limit(tl.peak_memory(r), problem.limit.per_rank[r])]
         if not over:
             return (tl.makespan if problem.objective == "makespan" else tl.span), schedule
         for r in over:
@@ -188,11 +188,16 @@ def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[floa
 
 def _held_on_ring(problem: Problem, schedule: Schedule, rank: int) -> int:
     """The most microbatches between forward and backward on the rank's first chunk, by its order."""
-    pl = problem.placement
-    chunk = next(c for c in pl.routes[0] if pl.chunk_to_rank[c] == rank)
+    chunk = _first_chunk(problem, rank)
     held = most = 0
     for a in schedule.ranks[rank]:
         if a.chunk == chunk and a.kind in (Kind.F, Kind.B):
             held += 1 if a.kind is Kind.F else -1
             most = max(most, held)
     return most
+
+
+def _first_chunk(problem: Problem, rank: int) -> int:
+    """The rank's first chunk on the (single) route: where a microbatch enters the rank."""
+    pl = problem.placement
+    return next(c for c in pl.routes[0] if pl.chunk_to_rank[c] == rank)

@@ -182,7 +182,7 @@ def _quick(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[fl
     deadlocks, does not fit this profile, or exceeds the limit by the validator's own tolerance. Only
     ranks candidates: whatever `candidates` and `best` return has been through zbsearch.sim.validate,
     which also checks completeness (skipped here because it costs as much as the timing)."""
-    from ..sim.validate import MEMORY_RTOL
+    from ..sim.validate import over_limit
 
     if schedule.placement.num_ranks != profile.num_stages:
         return None
@@ -191,7 +191,7 @@ def _quick(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[fl
     except ScheduleError:
         return None  # deadlocks: the validator would reject it (any other error is a bug and surfaces)
     peaks = [tl.peak_memory(r) for r in range(tl.num_ranks)]
-    if any(peak > cap * (1 + MEMORY_RTOL) + 1e-12 for peak, cap in zip(peaks, limit.per_rank)):
+    if any(over_limit(peak, cap) for peak, cap in zip(peaks, limit.per_rank)):
         return None
     return tl.makespan, tl.span, max(peak / profile.stage_mem_B(r) for r, peak in enumerate(peaks))
 

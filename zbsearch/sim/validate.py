@@ -154,6 +154,11 @@ def check(schedule: Schedule, profile: Profile | None = None, limit: MemoryLimit
     return report
 
 
+def over_limit(level: float, cap: float) -> bool:
+    """Whether a memory level exceeds a rank's limit, beyond float round-off."""
+    return level > cap * (1 + MEMORY_RTOL) + 1e-12
+
+
 def memory_problems(timeline: Timeline, limit: MemoryLimit) -> list[str]:
     """One message per rank whose activation memory exceeds its limit, at the first point it does."""
     out = []
@@ -161,7 +166,7 @@ def memory_problems(timeline: Timeline, limit: MemoryLimit) -> list[str]:
     for r, curve in enumerate(timeline.memory):
         cap = limit.per_rank[r]
         for t, level, action in curve:
-            if level > cap * (1 + MEMORY_RTOL) + 1e-12:
+            if over_limit(level, cap):
                 unit = profile.stage_mem_B(r)
                 out.append(
                     f"rank {r} holds {level / unit:.4g} x its stage M_B at time {t:g} after {action}, over the "
