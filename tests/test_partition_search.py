@@ -16,7 +16,9 @@ from zbsearch.core.errors import InfeasibleError, PartitionError
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
-from zbsearch.search.partition_search import SplitRequest, SplitSearch, search_splits
+from zbsearch.search.partition_search import (
+    NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish, search_splits,
+)
 from zbsearch.search.split_bounds import any_split_bound, least_bound_split, split_bound
 from zbsearch.search.split_enumerate import bound_input, refined_bound
 
@@ -158,6 +160,30 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
     assert auto.lower_bound == pytest.approx(min(auto.objective, auto.details["any_split_bound"]))
     assert sum(auto.details["partition"]["layers_per_chunk"]) == 9
     assert auto.schedule.meta["partition"]["chunks"] == auto.details["partition"]["chunks"]
+
+
+def test_the_second_split_polished_is_the_near_one_with_the_least_own_bound():
+    """After the best heuristic split, the solver gets the split whose heuristic is within NEAR of it
+    and whose own bound leaves the most to gain, not merely the runner-up; with none near, the
+    runner-up."""
+    placement = parse_placement("linear", 3)
+
+    class Bounds:  # the one thing _to_polish asks of the search
+        own: dict[tuple[int, ...], float] = {}
+
+        def leaf_bound(self, _placement):
+            return lambda counts: self.own[tuple(counts)]
+
+    def ranked(*rows):
+        Bounds.own = {counts: bound for counts, _, bound in rows}
+        return [Scored(placement, counts, "test", objective=obj, peak=1.0) for counts, obj, _ in rows]
+
+    rows = ranked(((3, 3, 3), 100.0, 97.0), ((4, 3, 2), 100.5, 97.0), ((2, 4, 3), 101.0, 93.0),
+                  ((2, 3, 4), 101.5, 95.0), ((5, 2, 2), 110.0, 80.0))
+    chosen = _to_polish(Bounds(), rows)
+    assert [s.counts for s in chosen] == [(3, 3, 3), (2, 4, 3)][:POLISH]
+    far = ranked(((3, 3, 3), 100.0, 97.0), ((4, 3, 2), 100.0 * (1 + NEAR) + 1, 90.0), ((5, 2, 2), 120.0, 80.0))
+    assert [s.counts for s in _to_polish(Bounds(), far)] == [(3, 3, 3), (4, 3, 2)][:POLISH]
 
 
 def test_each_placement_reports_its_best_plan_beside_its_bound():
