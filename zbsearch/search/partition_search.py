@@ -86,6 +86,9 @@ class SplitSearch:
     scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
+    # Each split's analytic bound without the chain walk, once computed: the V walk's second pass asks
+    # again for every split the first pass bounded.
+    plain: dict[tuple[str, int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
 
     def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
         """A split's own bound: the analytic one (bounds.py), or what solving it proved; inf when no
@@ -93,12 +96,20 @@ class SplitSearch:
         costs about ten times as much per split (the walk gives it only the splits that could set its
         answer)."""
         def bound(counts: tuple[int, ...]) -> float:
-            try:
-                problem = self.problem(placement, counts)
-                problem.check_feasible()
-            except InfeasibleError:
-                return math.inf
-            own = objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains), problem.objective)
+            key = (placement.name, placement.num_chunks, tuple(counts))
+            if chains or key not in self.plain:
+                try:
+                    problem = self.problem(placement, counts)
+                    problem.check_feasible()
+                except InfeasibleError:
+                    own = math.inf
+                else:
+                    own = objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains),
+                                          problem.objective)
+                if not chains:
+                    self.plain[key] = own
+            else:
+                own = self.plain[key]
             return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
         return bound
 
