@@ -14,7 +14,6 @@ with 1F1B does not fit on rank 0.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -52,9 +51,9 @@ def run_row(model: str, p: int, cap: str, time_limit: float) -> list[Plan]:
     bound = plans[-1].extra.get("any_split_bound")
     for plan in plans:
         plan.extra["bound"] = bound
-    plans[-1].extra["row_seconds"] = time.monotonic() - t0
+    seconds = plans[-1].extra["row_seconds"] = time.monotonic() - t0
     log(f"{model} p={p} cap {cap}: " + "; ".join(f"{pl.label} {pl.time / 1e3:.1f} ms" for pl in plans)
-        + f" ({time.monotonic() - t0:.0f} s)")
+        + f" ({seconds:.0f} s)")
     return plans
 
 
@@ -132,7 +131,7 @@ def findings(rows: list[tuple[str, int, float, list[Plan]]]) -> list[str]:
                  f"{'' if not by or by[weakest]['walk_complete'] else ', whose split walk ran out of time'}"
                  f"{_best_found(by, weakest, joint)}); "
                  f"imbalance of the plan's split {joint.extra['imbalance']:.2%}; joint search {joint.seconds:.0f} s, "
-                 f"the whole row {joint.extra.get('row_seconds', math.nan):.0f} s.")
+                 f"the whole row {joint.extra['row_seconds']:.0f} s.")
         out.append(line)
     return out
 

@@ -262,7 +262,7 @@ def _work_before_own_b(mine: dict[int, _Chunk], cap: float, here: tuple[int, ...
     its F there and its passes on the route's later chunks on the rank; chunks of other routes may run
     all their work."""
     first = mine[here[0]]
-    k = first.count if math.isinf(cap) else _fits(cap, first.alloc, first.count)
+    k = first.count if math.isinf(cap) else blocks_that_fit(cap, first.alloc, first.count)
     per_microbatch = first.F + sum(mine[c].F + mine[c].B + mine[c].W for c in here[1:])
     others = sum(f.count * (f.F + f.B + f.W) for c, f in mine.items() if c not in here)
     return k * per_microbatch + others
@@ -288,9 +288,9 @@ def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> fl
     head, (tail_size, tail_worth, tail_count) = items[:-1], items[-1]
     if len(head) == 1:  # two chunks (the V-shape), the split walk's hot path: one plain loop
         size, worth, count = head[0]
-        return max(n * worth + _fits(room - n * size, tail_size, tail_count) * tail_worth
-                   for n in range(_fits(room, size, count) + 1))
-    ranges = [range(_fits(room, size, count) + 1) for size, _, count in head]
+        return max(n * worth + blocks_that_fit(room - n * size, tail_size, tail_count) * tail_worth
+                   for n in range(blocks_that_fit(room, size, count) + 1))
+    ranges = [range(blocks_that_fit(room, size, count) + 1) for size, _, count in head]
     if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
         return fractional_fill(room, list(items))
     best = 0.0
@@ -299,7 +299,7 @@ def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> fl
         if left < 0:
             continue
         best = max(best, sum(n * worth for n, (_, worth, _) in zip(counts, head))
-                   + _fits(left, tail_size, tail_count) * tail_worth)
+                   + blocks_that_fit(left, tail_size, tail_count) * tail_worth)
     return best
 
 
@@ -313,7 +313,7 @@ def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ..
     counts = {c: f.count - (c in held) for c, f in chunks}
     if math.isinf(cap):
         return sum(counts[c] * (f.B + f.W) for c, f in chunks)
-    ranges = [range(_fits(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]
+    ranges = [range(blocks_that_fit(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]
     if math.prod(len(x) for x in ranges) > EXACT_COMBINATIONS:
         items = [(f.alloc, f.B + f.W, counts[c]) for c, f in chunks] + [(f.keep, f.W, counts[c]) for c, f in chunks]
         return fractional_fill(room0, items)
@@ -326,14 +326,14 @@ def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ..
         w_items = [(f.keep, f.W, counts[c] - n) for n, (c, f) in zip(waiting_b, chunks)]
         if len(w_items) == 1:
             keep, w, n_max = w_items[0]
-            done += _fits(room, keep, n_max) * w
+            done += blocks_that_fit(room, keep, n_max) * w
         else:
             done += fractional_fill(room, w_items)
         best = max(best, done)
     return best
 
 
-def _fits(room: float, size: float, count: int) -> int:
+def blocks_that_fit(room: float, size: float, count: int) -> int:
     """How many blocks of `size` fit in `room`, at most `count`."""
     if size <= 0:
         return max(count, 0)

@@ -87,8 +87,8 @@ class SplitSearch:
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
     # Each split's analytic bound without the chain walk, once computed: the V walk's second pass asks
-    # again for every split the first pass bounded.
-    plain: dict[tuple[str, int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
+    # again for every split the first pass bounded. Keyed as `proven` (counts' length names the chunks).
+    plain: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
 
     def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
         """A split's own bound: the analytic one (bounds.py), or what solving it proved; inf when no
@@ -96,22 +96,24 @@ class SplitSearch:
         costs about ten times as much per split (the walk gives it only the splits that could set its
         answer)."""
         def bound(counts: tuple[int, ...]) -> float:
-            key = (placement.name, placement.num_chunks, tuple(counts))
-            if chains or key not in self.plain:
-                try:
-                    problem = self.problem(placement, counts)
-                    problem.check_feasible()
-                except InfeasibleError:
-                    own = math.inf
-                else:
-                    own = objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains),
-                                          problem.objective)
-                if not chains:
-                    self.plain[key] = own
-            else:
+            key = (placement.name, tuple(counts))
+            if chains:
+                own = self._analytic(placement, counts, chains=True)
+            elif key in self.plain:
                 own = self.plain[key]
-            return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
+            else:
+                own = self.plain[key] = self._analytic(placement, counts, chains=False)
+            return max(own, self.proven.get(key, 0.0))
         return bound
+
+    def _analytic(self, placement: Placement, counts: Sequence[int], chains: bool) -> float:
+        """bounds.py's bound of one split; inf when no schedule of it fits the limit."""
+        try:
+            problem = self.problem(placement, counts)
+            problem.check_feasible()
+        except InfeasibleError:
+            return math.inf
+        return objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains), problem.objective)
 
     def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
         req = self.request
@@ -258,8 +260,7 @@ def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
     neither solved below 485.5 ms, while the fourth (486.5 ms, bound 468.6 ms) solves to 480.5 ms."""
     best = ranked[0]
     near = [s for s in ranked[1:NEAR_CANDIDATES] if s.objective <= best.objective * (1 + NEAR)]
-    own = {id(s): search.leaf_bound(s.placement)(s.counts) for s in near}
-    rest = sorted(near, key=lambda s: (own[id(s)], s.key))
+    rest = sorted(near, key=lambda s: (search.leaf_bound(s.placement)(s.counts), s.key))
     return [best] + rest[:POLISH - 1] if rest else ranked[:POLISH]
 
 

@@ -39,7 +39,7 @@ from typing import Sequence
 
 from ..core.ir import Placement
 from ..core.layers import Layer
-from .bounds import _fits, most_that_fits
+from .bounds import blocks_that_fit, most_that_fits
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, i
     # The fill is at least one chunk's forwards alone; the exact one (whole microbatches of each
     # chunk) only where that can make the wait bind: this runs for every pair of the walk's ranges.
     items, slack = [(mem, f, m) for f, mem in zip(forwards, mems)], room * (1 + 1e-9)
-    alone = max(f * (m if math.isinf(slack) else _fits(slack, mem, m)) for mem, f, _ in items)
+    alone = max(f * (m if math.isinf(slack) else blocks_that_fit(slack, mem, m)) for mem, f, _ in items)
     if wait + m * work - alone > span:
         span = max(span, wait + m * work - most_that_fits(slack, items))
     if data.objective != "makespan":
