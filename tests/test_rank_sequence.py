@@ -15,7 +15,9 @@ from zbsearch.search import bounds as bounds_module
 from zbsearch.search.bounds import lower_bound, rank_bounds
 from zbsearch.search.problem import make_problem
 from zbsearch.core.errors import InfeasibleError
-from zbsearch.search.rank_sequence import RankChain, RankPasses, Step, _least_span, least_span
+from zbsearch.search.rank_sequence import (
+    RankChain, RankPasses, Step, _least_span, least_span, least_to_last_backward,
+)
 from zbsearch.sim.simulate import simulate
 
 from random_pipelines import random_stages
@@ -175,18 +177,21 @@ def _v_chain(rng: random.Random, m: int, cap: float) -> RankChain:
     return RankChain(steps, m, cap)
 
 
-def _chain_brute(chain: RankChain, in_order: bool) -> float:
+def _chain_brute(chain: RankChain, in_order: bool, to_last_backward: bool = False) -> float:
     """Least span over every order of the chain's passes (each microbatch's steps after the ones they
     follow), each pass as early as the machine, its lag and memory allow; with `in_order`, each step's
-    passes in microbatch order only (what the dynamic program assumes), which reaches more microbatches."""
+    passes in microbatch order only (what the dynamic program assumes), which reaches more microbatches.
+    `to_last_backward`: the least time to the end of the last forward or backward instead (a weight pass
+    follows its backward with no lag; the ones still to run then do not count)."""
     steps, m = chain.steps, chain.m
     net = [s.alloc - s.free for s in steps]
+    counted = [k for k, s in enumerate(steps) if not to_last_backward or s.after is None or s.lag is not None]
 
     best = math.inf  # the least span found: a partial order already at it cannot end sooner
 
     def walk(done: tuple[tuple[bool, ...], ...], starts: tuple[tuple[float, ...], ...], t: float, level: float) -> float:
         nonlocal best
-        if all(all(d) for d in done):
+        if all(d[k] for d in done for k in counted):
             best = min(best, t)
             return t
         if t >= best:
@@ -223,6 +228,27 @@ def test_chain_least_span_matches_enumeration(seed: int) -> None:
         return
     assert _least_span(chain, 10**9, 10**6) == pytest.approx(exact)
     assert least_span(chain, ample=math.inf) <= exact + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_least_time_to_the_last_backward_matches_enumeration(seed: int) -> None:
+    """The walk that stops at the last backward (window_nesting.py reads it), on a V-shape rank's chain
+    and on one chunk: exact without merging, never above every order with merging."""
+    rng = random.Random(400 + seed)
+    if seed % 2:
+        chain = _v_chain(rng, 2, rng.choice([1.0, 1.5, 2.0, 3.0]))
+    else:
+        mem_w = rng.choice([0.3, 0.5])
+        chain = RankPasses(rng.randint(1, 6), rng.randint(1, 6), rng.randint(1, 6), (1.0, 0.0, 0.0),
+                           (0.0, 1.0 - mem_w, mem_w), rng.randint(0, 20), 3, rng.choice([1.0, 1.5, 2.0])).chain()
+    exact = _chain_brute(chain, in_order=False, to_last_backward=True)
+    if math.isinf(exact):
+        assert least_to_last_backward(chain) is None
+        return
+    assert _least_span(chain, 10**9, 10**6, True) == pytest.approx(exact)
+    assert least_to_last_backward(chain) <= exact + 1e-9
+    # the weight passes left after the last backward only shorten it
+    assert exact <= _chain_brute(chain, in_order=False) + 1e-9
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -24,6 +24,8 @@ and the solver's integer-grid relaxation.
   share, where the bounds above take each alone; on a rank with several chunks (V-shape,
   interleaved) it also couples the chunks, which share the rank's memory and wait on each other's
   round trips.
+- nesting (one route): a rank's window holds the window of every rank deeper on the route, from its
+  first forward to its last backward, with the trips there and back (window_nesting.py).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..core.ir import Action, Kind
-from .problem import Pass, Problem
+from .problem import Pass, Problem, longest_from
 from .relaxations import bound_passes
 from .rank_sequence import RankChain, Step, least_span
+from .window_nesting import nested_spans
 from ..sim.validate import MEMORY_RTOL
 
 
@@ -53,12 +56,13 @@ class RankBound:
     trip_idle: float = 0.0  # idle before the first B of the rank's first chunk on a route
     trip_disjoint: bool = False  # whether that window and the end idle's are known not to overlap
     sequence: float = 0.0  # least span of the rank on its own (rank_sequence.py); 0 where not computed
+    nested: float = 0.0  # the window of a deeper rank and the trips to it and back (window_nesting.py)
 
     @property
     def span(self) -> float:
         idle = self.start_idle + self.end_idle if self.disjoint else max(self.start_idle, self.end_idle)
         trip = self.trip_idle + self.end_idle if self.trip_disjoint else max(self.trip_idle, self.end_idle)
-        return max(self.work + max(idle, trip), self.memory_time, self.sequence)
+        return max(self.work + max(idle, trip), self.memory_time, self.sequence, self.nested)
 
     @property
     def end(self) -> float:
@@ -90,7 +94,7 @@ def _forward_paths(problem: Problem, passes: Sequence[Pass]) -> dict[int, dict[i
     for ps in passes:
         if ps.action.microbatch in leaders:
             leaders[ps.action.microbatch].append(ps)
-    return {i: {c: _longest_from(mb_passes, Action(c, Kind.F, i)) for c in pl.route(i, m)}
+    return {i: {c: longest_from(mb_passes, Action(c, Kind.F, i)) for c in pl.route(i, m)}
             for i, mb_passes in leaders.items()}
 
 
@@ -99,23 +103,10 @@ def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, t
             for i, per_chunk in paths.items() for c, since in per_chunk.items()}
 
 
-def _longest_from(mb_passes: Sequence[Pass], origin: Action) -> dict[Action, float]:
-    """Longest path from the start of `origin` to the end of each pass that depends on it (passes
-    in dependency order)."""
-    reach: dict[Action, float] = {}
-    for ps in mb_passes:
-        if ps.action == origin:
-            reach[origin] = ps.duration
-            continue
-        ready = [reach[a] + hop for a, hop in ps.inputs if a in reach]
-        if ready:
-            reach[ps.action] = max(ready) + ps.duration
-    return reach
-
-
 def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -> list[RankBound]:
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
-    (see _with_chains); off where many problems are bounded in little time (the split walk)."""
+    (see _with_chains) and nest each deeper rank's window in the ranks above it (window_nesting.py);
+    off where many problems are bounded in little time (the split walk)."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -129,6 +120,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -
     first_mb = [ps for ps in passes if ps.action.microbatch == 0]  # costs do not depend on the microbatch
     out: list[RankBound] = []
     chained: list[RankChain | None] = []
+    alones: list[RankChain | None] = []
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
         mine = {c: f for c, f in chunks.items() if f.rank == r}
@@ -145,11 +137,15 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True) -
         # them fit in memory together (for the trip window: every F of that first chunk).
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
         alone = _alone(problem, first_mb, mine, cap) if chains or len(mine) == 1 else None
+        alones.append(alone)
         chained.append(alone if alone is not None and len(alone.steps) > 3 else None)
         one_chunk = alone is not None and len(alone.steps) <= 3
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
                              max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if one_chunk else 0.0))
-    return _with_chains(out, chained, problem.objective) if chains else out
+    if not chains:
+        return out
+    nested = nested_spans(problem, first_mb, alones)
+    return [replace(b, nested=n) for b, n in zip(_with_chains(out, chained, problem.objective), nested)]
 
 
 # The walk over a rank's chain of chunks (rank_sequence.py) costs up to a second per rank; it runs only
@@ -184,7 +180,7 @@ def _alone(problem: Problem, first_mb: Sequence[Pass], mine: dict[int, "_Chunk"]
     steps = []
     for k, a in enumerate(order):
         ps = by_action[a]
-        lag = None if k == 0 else _longest_from(first_mb, order[k - 1])[a] - ps.duration
+        lag = None if k == 0 else longest_from(first_mb, order[k - 1])[a] - ps.duration
         steps.append(Step(ps.duration, ps.alloc, ps.free, None if k == 0 else k - 1, lag))
     for c in reversed(here):
         ps = by_action[Action(c, Kind.W, 0)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 from functools import cached_property
 
 from ..core.errors import PreconditionError, ProfileError, ZbsearchError
@@ -172,3 +173,17 @@ def on_grid(problem: Problem, step: float) -> Problem:
     grid_profile = replace(prof, chunks=tuple(chunks), comm=tuple(down(c) for c in prof.comm),
                            time_unit=f"{step:g} {prof.time_unit}", action_overhead=0.0, memory_model="paper")
     return replace(problem, profile=grid_profile)
+
+
+def longest_from(mb_passes: Sequence[Pass], origin: Action) -> dict[Action, float]:
+    """Longest path from the start of `origin` to the end of each pass that depends on it (passes
+    in dependency order)."""
+    reach: dict[Action, float] = {}
+    for ps in mb_passes:
+        if ps.action == origin:
+            reach[origin] = ps.duration
+            continue
+        ready = [reach[a] + hop for a, hop in ps.inputs if a in reach]
+        if ready:
+            reach[ps.action] = max(ready) + ps.duration
+    return reach

@@ -139,14 +139,27 @@ def _counts_to_walk(chain: RankChain) -> float:
 State = tuple[float, tuple[tuple[float, ...], ...]]  # machine free at; per timed step, pending starts
 
 
+def least_to_last_backward(chain: RankChain, max_expansions: int = MAX_EXPANSIONS) -> float | None:
+    """The least time from the rank's first pass's start to the end of its last forward or backward
+    (weight passes after it not counted), or None when the search exceeds `max_expansions` states or no
+    order fits the limit. Unlike least_span there is no `ample` cut: window_nesting.py, its reader,
+    budgets the walks itself."""
+    if _counts_to_walk(chain) > max_expansions:
+        return None  # give up at once rather than after walking max_expansions states
+    return _least_span(chain, max_expansions, FRONT_CAP if len(chain.steps) <= 3 else CHAIN_FRONT_CAP, True)
+
+
 @lru_cache(maxsize=4096)
-def _least_span(chain: RankChain, max_expansions: int, front_cap: int) -> float | None:
+def _least_span(chain: RankChain, max_expansions: int, front_cap: int, to_last_backward: bool = False) -> float | None:
     steps = chain.steps
     # The steps whose passes a later, lagged step waits on: their start times are the state.
     timed = tuple(k for k in range(len(steps)) if any(s.after == k and s.lag is not None for s in steps))
     net = tuple(s.alloc - s.free for s in steps)
+    # Forwards and backwards (a weight pass follows its backward on the machine, with no lag): where
+    # the walk stops at the last backward, a state that has run all of them is an answer.
+    core = tuple(k for k, s in enumerate(steps) if s.after is None or s.lag is not None) if to_last_backward else ()
     layer: dict[tuple[int, ...], list[State]] = {(0,) * len(steps): [(0.0, ((),) * len(timed))]}
-    expanded = 0
+    expanded, done = 0, math.inf
     for _ in range(len(steps) * chain.m):
         nxt: dict[tuple[int, ...], list[State]] = {}
         for counts, front in layer.items():
@@ -156,8 +169,13 @@ def _least_span(chain: RankChain, max_expansions: int, front_cap: int) -> float 
             level = sum(c * x for c, x in zip(counts, net))
             for state in front:
                 for key, after in _moves(chain, timed, counts, level, state, net):
+                    if core and all(key[k] == chain.m for k in core):
+                        done = min(done, after[0])  # the last backward has just ended
+                        continue
                     _add(nxt.setdefault(key, []), after, front_cap)
         layer = nxt
+    if core:
+        return None if math.isinf(done) else done
     # No order fits when the limit holds less than one microbatch's passes run apart (a fused backward
     # may still fit, which these passes do not model): then nothing is proven here.
     return min((t for front in layer.values() for t, _ in front), default=None)

@@ -1,0 +1,86 @@
+"""A rank's window contains every deeper rank's window, with the trip there and back.
+
+Rank r starts with the forward of microbatch 0 on its first chunk of the route and ends after the
+weight pass of the last microbatch there, which follows that chunk's last backward. Take a rank q
+whose first chunk lies later on the route. Microbatch 0's forward reaches q's first chunk only after
+the forwards in between (and the hops), and the last microbatch's gradient comes back from q's first
+chunk to r's only after the backwards in between. In between, q runs from its own first forward to its
+last backward (with passes of one kind on a chunk in microbatch order, as cpsat.add_symmetry_breaking
+shows loses nothing, q's last backward is that of the last microbatch on its first chunk). So
+
+    span(r) >= trip down from r to q + window(q) + trip back from q to r + r's weight pass,
+
+where window(q) is at least q's forwards and backwards, and at least the least time rank q on its own
+needs from its first forward to its last backward (rank_sequence.least_to_last_backward: the other ranks
+only delay a microbatch, its memory limit holds). Under a tight limit that walk sees the waves: a rank
+that holds only a few microbatches at once sends them round in groups, and every rank above it waits
+for the last group. On the V-shape at 0.5p (hetero p=8, m=8, span) the one-rank bounds stop at 3,700
+and this one reaches 4,398, the best schedule found.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..core.ir import Action, Kind
+from .problem import Pass, Problem, longest_from
+from .rank_sequence import RankChain, least_to_last_backward
+
+# States one walk may expand. A chain of several chunks whose limit holds more than about one round
+# trip of its passes runs out of it (about a second, at m >= 16), and then so do the ranks with more
+# room: the walks go from the tightest rank up and stop at the first that runs out.
+WALK_EXPANSIONS = 10_000
+
+
+def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[RankChain | None]) -> list[float]:
+    """Per rank, the bound above over every deeper rank (0 where there is none). `first_mb`: microbatch
+    0's passes in dependency order; `chains[q]`: rank q on its own (bounds._alone), None where its
+    chunks are not on one route."""
+    pl, m = problem.placement, problem.num_microbatches
+    if len(pl.routes) != 1:
+        return [0.0] * problem.num_ranks
+    route = pl.routes[0]
+    lead: dict[int, int] = {}  # rank -> its first chunk on the route
+    for c in route:
+        lead.setdefault(pl.chunk_to_rank[c], c)
+    by_action = {ps.action: ps for ps in first_mb}
+    windows = _windows(chains, by_action, lead, m)
+    # From the start of each rank's first forward, and from the end of its last backward on its first chunk.
+    down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
+    back = {q: longest_from(first_mb, Action(c, Kind.B, 0)) for q, c in lead.items()}
+    out = [0.0] * problem.num_ranks
+    for r, cr in lead.items():
+        for q, cq in lead.items():
+            if route.index(cq) <= route.index(cr):
+                continue
+            f, b = by_action[Action(cq, Kind.F, 0)], by_action[Action(cq, Kind.B, 0)]
+            there = down[r][f.action] - f.duration
+            home = back[q][Action(cr, Kind.B, 0)] - b.duration
+            out[r] = max(out[r], there + windows[q] + home + by_action[Action(cr, Kind.W, 0)].duration)
+    return out
+
+
+def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], lead: dict[int, int],
+             m: int) -> dict[int, float]:
+    """Per rank, a lower bound on the time from its first forward to its last backward."""
+    out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
+           for q in lead}
+    # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
+    walkable = sorted((room, q) for q, chain in enumerate(chains)
+                      if chain is not None and not math.isinf(room := _room_in_trips(chain)))
+    for _, q in walkable:
+        found = least_to_last_backward(chains[q], WALK_EXPANSIONS)
+        if found is None:
+            break  # out of budget (or nothing fits): the ranks with more room would be too
+        out[q] = max(out[q], found)
+    return out
+
+
+def _room_in_trips(chain: RankChain) -> float:
+    """How many round trips' worth of its passes the rank's limit holds (the walk's size grows with it)."""
+    held = sum(step.alloc for step in chain.steps)
+    trip = chain.round_trip()
+    if held <= 0 or trip <= 0 or math.isinf(chain.cap):
+        return math.inf
+    return chain.cap / held * sum(step.duration for step in chain.steps) / trip
