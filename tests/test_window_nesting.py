@@ -40,6 +40,15 @@ def test_a_rank_that_sends_microbatches_in_waves_holds_every_rank_above_it():
     assert report.ok and report.timeline.span >= lower_bound(problem) - 1e-9
 
 
+def test_the_turn_rank_gets_the_walk_its_many_microbatches_need():
+    # m=24: the turn rank's walk needs about 40,000 states, past the other ranks' budget; the nesting
+    # then lifts the bound from the one-rank 10,420 to 11,118 (the plan solve_bench found: 11,288).
+    problem = make_problem(_hetero(8, 24), "0.5p", "span", "v")
+    bounds = rank_bounds(problem, bound_passes(problem))
+    assert objective_bound([replace(b, nested=0.0) for b in bounds], "span") == pytest.approx(10420)
+    assert objective_bound(bounds, "span") == pytest.approx(11118)
+
+
 def test_with_memory_to_spare_the_last_gradient_still_comes_back():
     # No limit: rank 0 ends after the last rank's forwards and backwards and the trips to it and back.
     problem = make_problem(_hetero(4, 6), None, "makespan")

@@ -31,6 +31,13 @@ from .rank_sequence import RankChain, least_to_last_backward
 # trip of its passes runs out of it (about a second, at m >= 16), and then so do the ranks with more
 # room: the walks go from the tightest rank up and stop at the first that runs out.
 WALK_EXPANSIONS = 10_000
+# The deepest rank (the V-shape's turn, the last stage) is walked first and with more: its window sits
+# inside every other rank's, the longest trips around it. On the V-shape at 0.5p (hetero p=8) its walk
+# needs about 2,000 states per microbatch (m=24: 40,000, 0.6 s; m=48: 100,000, 1.5 s) and lifts the
+# bound by 5-7%. A chain whose limit holds more than DEEPEST_ROOM round trips is not tried: on the
+# paper's V-shape profiles at 1p (2.4-2.5) the walk ran out of even this budget.
+DEEPEST_EXPANSIONS = 100_000
+DEEPEST_ROOM = 2.0
 
 
 def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[RankChain | None]) -> list[float]:
@@ -45,7 +52,8 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     for c in route:
         lead.setdefault(pl.chunk_to_rank[c], c)
     by_action = {ps.action: ps for ps in first_mb}
-    windows = _windows(chains, by_action, lead, m)
+    deepest = max(lead, key=lambda q: route.index(lead[q]))
+    windows = _windows(chains, by_action, lead, m, deepest)
     # From the start of each rank's first forward, and from the end of its last backward on its first chunk.
     down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
     back = {q: longest_from(first_mb, Action(c, Kind.B, 0)) for q, c in lead.items()}
@@ -62,14 +70,20 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
 
 
 def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], lead: dict[int, int],
-             m: int) -> dict[int, float]:
+             m: int, deepest: int) -> dict[int, float]:
     """Per rank, a lower bound on the time from its first forward to its last backward."""
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
     walkable = sorted((room, q) for q, chain in enumerate(chains)
                       if chain is not None and not math.isinf(room := _room_in_trips(chain)))
+    room = dict((q, r) for r, q in walkable)
+    if deepest in room and (room[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
+        found = least_to_last_backward(chains[deepest], DEEPEST_EXPANSIONS)
+        out[deepest] = max(out[deepest], found or 0.0)
     for _, q in walkable:
+        if q == deepest:
+            continue
         found = least_to_last_backward(chains[q], WALK_EXPANSIONS)
         if found is None:
             break  # out of budget (or nothing fits): the ranks with more room would be too
