@@ -87,3 +87,11 @@ def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, 
     result = solve_module.solve(problem, time_limit=20)
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert 0 < nested <= result.objective + 1e-9
+
+
+def test_the_split_walk_can_leave_the_nesting_out():
+    # The split walk bounds thousands of splits; it asks for the one-rank bounds only.
+    problem = make_problem(_hetero(8, 8), "0.5p", "span", "v")
+    plain = rank_bounds(problem, bound_passes(problem), nesting=False)
+    assert all(b.nested == 0.0 for b in plain)
+    assert objective_bound(plain, "span") == pytest.approx(3700)

@@ -54,7 +54,8 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     by_action = {ps.action: ps for ps in first_mb}
     deepest = max(lead, key=lambda q: route.index(lead[q]))
     windows = _windows(chains, by_action, lead, m, deepest)
-    # From the start of each rank's first forward, and from the end of its last backward on its first chunk.
+    # Longest paths from the start of each rank's first forward and of its first chunk's backward
+    # (microbatch 0's: every microbatch costs the same).
     down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
     back = {q: longest_from(first_mb, Action(c, Kind.B, 0)) for q, c in lead.items()}
     out = [0.0] * problem.num_ranks
@@ -77,8 +78,8 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
     walkable = sorted((room, q) for q, chain in enumerate(chains)
                       if chain is not None and not math.isinf(room := _room_in_trips(chain)))
-    room = dict((q, r) for r, q in walkable)
-    if deepest in room and (room[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
+    rooms = {q: room for room, q in walkable}
+    if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
         found = least_to_last_backward(chains[deepest], DEEPEST_EXPANSIONS)
         out[deepest] = max(out[deepest], found or 0.0)
     for _, q in walkable:
