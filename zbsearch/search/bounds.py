@@ -119,7 +119,6 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
     held = _memory_time(chunks, _hold_times(paths), problem.limit.per_rank)
     first_mb = [ps for ps in passes if ps.action.microbatch == 0]  # costs do not depend on the microbatch
     out: list[RankBound] = []
-    chained: list[RankChain | None] = []
     alones: list[RankChain | None] = []
     for r in range(p):
         cap = problem.limit.per_rank[r] * (1 + MEMORY_RTOL)
@@ -138,13 +137,12 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
         alone = _alone(problem, first_mb, mine, cap) if chains or len(mine) == 1 else None
         alones.append(alone)
-        chained.append(alone if alone is not None and len(alone.steps) > 3 else None)
         one_chunk = alone is not None and len(alone.steps) <= 3
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
                              max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if one_chunk else 0.0))
     if not chains:
         return out
-    out = _with_chains(out, chained, problem.objective)
+    out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective)
     if not nesting:
         return out
     return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones))]

@@ -84,6 +84,14 @@ class RankChain:
                 at[k], last = at[step.after] + step.lag, k
         return at[last] + self.steps[last].duration
 
+    def room_in_trips(self) -> float:
+        """How many round trips' worth of its passes the limit holds: the walk's size grows with it
+        (inf where nothing is held or there is no trip; nan for a chain of zero-length passes)."""
+        held = sum(step.alloc for step in self.steps)
+        in_flight = self.cap / held if held > 0 else math.inf
+        trip = self.round_trip()
+        return in_flight * sum(step.duration for step in self.steps) / trip if trip > 0 else math.inf
+
 
 @dataclass(frozen=True)
 class RankPasses:
@@ -116,9 +124,7 @@ def least_span(rank: RankPasses | RankChain, max_expansions: int = MAX_EXPANSION
         ample = AMPLE if len(chain.steps) <= 3 else CHAIN_AMPLE
     if _counts_to_walk(chain) > max_expansions:
         return None  # give up at once rather than after walking max_expansions states
-    held = sum(step.alloc for step in chain.steps)
-    in_flight = chain.cap / held if held > 0 else math.inf
-    if in_flight * sum(step.duration for step in chain.steps) >= ample * chain.round_trip():
+    if chain.room_in_trips() >= ample:
         return None
     front_cap = FRONT_CAP if len(chain.steps) <= 3 else CHAIN_FRONT_CAP
     return _least_span(chain, max_expansions, front_cap)

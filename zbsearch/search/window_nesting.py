@@ -52,7 +52,8 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     for c in route:
         lead.setdefault(pl.chunk_to_rank[c], c)
     by_action = {ps.action: ps for ps in first_mb}
-    deepest = max(lead, key=lambda q: route.index(lead[q]))
+    position = {c: k for k, c in enumerate(route)}
+    deepest = max(lead, key=lambda q: position[lead[q]])
     windows = _windows(chains, by_action, lead, m, deepest)
     # Longest paths from the start of each rank's first forward and of its first chunk's backward
     # (microbatch 0's: every microbatch costs the same).
@@ -61,7 +62,7 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     out = [0.0] * problem.num_ranks
     for r, cr in lead.items():
         for q, cq in lead.items():
-            if route.index(cq) <= route.index(cr):
+            if position[cq] <= position[cr]:
                 continue
             f, b = by_action[Action(cq, Kind.F, 0)], by_action[Action(cq, Kind.B, 0)]
             there = down[r][f.action] - f.duration
@@ -76,13 +77,12 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
-    walkable = sorted((room, q) for q, chain in enumerate(chains)
-                      if chain is not None and not math.isinf(room := _room_in_trips(chain)))
-    rooms = {q: room for room, q in walkable}
+    rooms = {q: room for q, chain in enumerate(chains)
+             if chain is not None and (room := chain.room_in_trips()) < math.inf}
     if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
         found = least_to_last_backward(chains[deepest], DEEPEST_EXPANSIONS)
         out[deepest] = max(out[deepest], found or 0.0)
-    for _, q in walkable:
+    for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
             continue
         found = least_to_last_backward(chains[q], WALK_EXPANSIONS)
@@ -90,12 +90,3 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
             break  # out of budget (or nothing fits): the ranks with more room would be too
         out[q] = max(out[q], found)
     return out
-
-
-def _room_in_trips(chain: RankChain) -> float:
-    """How many round trips' worth of its passes the rank's limit holds (the walk's size grows with it)."""
-    held = sum(step.alloc for step in chain.steps)
-    trip = chain.round_trip()
-    if held <= 0 or trip <= 0 or math.isinf(chain.cap):
-        return math.inf
-    return chain.cap / held * sum(step.duration for step in chain.steps) / trip
