@@ -140,7 +140,7 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
     import zbsearch.search.solve as solve_module
     from zbsearch.search.bounds import RankBound
 
-    def nothing(problem, passes):  # only each rank's head: the longest path to its first pass
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None):  # only each rank's head: the longest path to its first pass
         return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
 
     rng = random.Random(300 + seed)

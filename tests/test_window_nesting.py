@@ -70,7 +70,7 @@ def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, 
     import zbsearch.search.cpsat as cpsat_module
     import zbsearch.search.solve as solve_module
 
-    def nothing(problem, passes, chains=True):
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
         return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes, chains=False)]
 
     rng = random.Random(500 + seed)

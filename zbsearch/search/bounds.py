@@ -103,10 +103,12 @@ def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, t
             for i, per_chunk in paths.items() for c, since in per_chunk.items()}
 
 
-def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, nesting: bool = True) -> list[RankBound]:
+def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, nesting: bool = True,
+                deadline: float | None = None) -> list[RankBound]:
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
     (see _with_chains), and with `nesting` nest each deeper rank's window in the ranks above it
-    (window_nesting.py); off where many problems are bounded in little time (the split walk)."""
+    (window_nesting.py, whose deepest walk stops at `deadline`); off where many problems are bounded in
+    little time (the split walk)."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -145,7 +147,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
     out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective)
     if not nesting:
         return out
-    return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones))]
+    return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones, deadline))]
 
 
 # The walk over a rank's chain of chunks (rank_sequence.py) costs up to a second per rank; it runs only

@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .chain_walk import least_chain_span
+
 # The search gives up (no bound) past this many states expanded: it stays well under a second per
 # rank in CPython. Tight limits keep the state count small (few forwards in flight); a rank with
 # room for many, where the start and end idle of bounds.py are already close, may run out.
@@ -46,10 +48,6 @@ AMPLE = 2.0
 CHAIN_AMPLE = 1.0
 # States kept per count: past this many, they merge into their earliest corner (see _add).
 FRONT_CAP = 8
-# The same for chains of several chunks, whose states carry more start times: one state per count,
-# the earliest corner of all that reach it, keeps them in budget (on the V-shape ranks tried it lost
-# at most 0.7% of the bound against 8, and walked half the states).
-CHAIN_FRONT_CAP = 1
 
 
 @dataclass(frozen=True)
@@ -126,8 +124,9 @@ def least_span(rank: RankPasses | RankChain, max_expansions: int = MAX_EXPANSION
         return None  # give up at once rather than after walking max_expansions states
     if chain.room_in_trips() >= ample:
         return None
-    front_cap = FRONT_CAP if len(chain.steps) <= 3 else CHAIN_FRONT_CAP
-    return _least_span(chain, max_expansions, front_cap)
+    if len(chain.steps) > 3:
+        return _chain_span(chain, max_expansions, False)
+    return _least_span(chain, max_expansions, FRONT_CAP)
 
 
 def _counts_to_walk(chain: RankChain) -> float:
@@ -145,14 +144,27 @@ def _counts_to_walk(chain: RankChain) -> float:
 State = tuple[float, tuple[tuple[float, ...], ...]]  # machine free at; per timed step, pending starts
 
 
-def least_to_last_backward(chain: RankChain, max_expansions: int = MAX_EXPANSIONS) -> float | None:
+def least_to_last_backward(chain: RankChain, max_expansions: int = MAX_EXPANSIONS,
+                           deadline: float | None = None) -> float | None:
     """The least time from the rank's first pass's start to the end of its last forward or backward
-    (weight passes after it not counted), or None when the search exceeds `max_expansions` states or no
-    order fits the limit. Unlike least_span there is no `ample` cut: window_nesting.py, its reader,
-    budgets the walks itself."""
+    (weight passes after it not counted), or None when the search exceeds `max_expansions` states, the
+    `deadline` (time.monotonic(), chains only) passes or no order fits the limit. Unlike least_span
+    there is no `ample` cut: window_nesting.py, its reader, budgets the walks itself."""
     if _counts_to_walk(chain) > max_expansions:
         return None  # give up at once rather than after walking max_expansions states
-    return _least_span(chain, max_expansions, FRONT_CAP if len(chain.steps) <= 3 else CHAIN_FRONT_CAP, True)
+    if len(chain.steps) <= 3:
+        return _least_span(chain, max_expansions, FRONT_CAP, True)
+    if deadline is None:
+        return _chain_span(chain, max_expansions, True)
+    return least_chain_span(chain, max_expansions, True, deadline)
+
+
+@lru_cache(maxsize=4096)
+def _chain_span(chain: RankChain, max_expansions: int, to_last_backward: bool) -> float | None:
+    """A chain of several chunks: the walk in numpy (chain_walk.py), one state per count (the earliest
+    corner of all that reach it), which keeps it in budget; on the V-shape ranks tried that lost at most
+    0.7% of the bound against keeping eight."""
+    return least_chain_span(chain, max_expansions, to_last_backward)
 
 
 @lru_cache(maxsize=4096)
@@ -214,9 +226,6 @@ def _moves(chain: RankChain, timed: tuple[int, ...], counts: tuple[int, ...], le
 def _add(front: list[State], state: State, cap: int) -> None:
     """Keep `front` the states no other one dominates (no later in time and in every pending start)."""
     t, pending = state
-    if cap == 1 and front:  # one state per count: skip the dominance tests, merge at once
-        front[0] = _corner([front[0], state])
-        return
     flat = [x for starts in pending for x in starts]
 
     def no_later(a: State) -> bool:  # a is no later than state everywhere

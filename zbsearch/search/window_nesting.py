@@ -21,6 +21,7 @@ and this one reaches 4,398, the best schedule found.
 from __future__ import annotations
 
 import math
+import time
 from typing import Sequence
 
 from ..core.ir import Action, Kind
@@ -28,22 +29,27 @@ from .problem import Pass, Problem, longest_from
 from .rank_sequence import RankChain, least_to_last_backward
 
 # States one walk may expand. A chain of several chunks whose limit holds more than about one round
-# trip of its passes runs out of it (about a second, at m >= 16), and then so do the ranks with more
-# room: the walks go from the tightest rank up and stop at the first that runs out.
+# trip of its passes runs out of it, and then so do the ranks with more room: the walks go from the
+# tightest rank up and stop at the first that runs out.
 WALK_EXPANSIONS = 10_000
 # The deepest rank (the V-shape's turn, the last stage) is walked first and with more: its window sits
 # inside every other rank's, the longest trips around it. On the V-shape at 0.5p (hetero p=8) its walk
-# needs about 2,000 states per microbatch (m=24: 40,000, 0.6 s; m=48: 100,000, 1.5 s) and lifts the
-# bound by 5-7%. A chain whose limit holds more than DEEPEST_ROOM round trips is not tried: on the
-# paper's V-shape profiles at 1p (2.4-2.5) the walk ran out of even this budget.
-DEEPEST_EXPANSIONS = 100_000
-DEEPEST_ROOM = 2.0
+# needs about 2,000 states per microbatch and lifts the bound by 5-7%. On the paper's V-shape at 1p it
+# proves the handcrafted-family starts optimal (14.6B stage: p=8, m=24 in 75,000 states, 0.1 s; p=16,
+# m=48 in 1.8 million, 3 s; p=16, m=128: 13 s), so it gets what the caller's deadline allows, else
+# DEEPEST_SECONDS; at p=32 (m=96: about 150 s) it runs out.
+DEEPEST_EXPANSIONS = 50_000_000
+DEEPEST_SECONDS = 3.0
+# One chunk (the last stage of the linear placement) walks a state at a time in Python, with no deadline.
+DEEPEST_ONE_CHUNK = 100_000
 
 
-def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[RankChain | None]) -> list[float]:
+def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[RankChain | None],
+                 deadline: float | None = None) -> list[float]:
     """Per rank, the bound above over every deeper rank (0 where there is none). `first_mb`: microbatch
     0's passes in dependency order; `chains[q]`: rank q on its own (bounds._alone), None where its
-    chunks are not on one route."""
+    chunks are not on one route; `deadline` (time.monotonic()): when the deepest rank's walk gives up
+    (default: DEEPEST_SECONDS from now)."""
     pl, m = problem.placement, problem.num_microbatches
     if len(pl.routes) != 1:
         return [0.0] * problem.num_ranks
@@ -54,7 +60,8 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     by_action = {ps.action: ps for ps in first_mb}
     position = {c: k for k, c in enumerate(route)}
     deepest = max(lead, key=lambda q: position[lead[q]])
-    windows = _windows(chains, by_action, lead, m, deepest)
+    windows = _windows(chains, by_action, lead, m, deepest,
+                       time.monotonic() + DEEPEST_SECONDS if deadline is None else deadline)
     # Longest paths from the start of each rank's first forward and of its first chunk's backward
     # (microbatch 0's: every microbatch costs the same).
     down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
@@ -72,15 +79,17 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
 
 
 def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], lead: dict[int, int],
-             m: int, deepest: int) -> dict[int, float]:
+             m: int, deepest: int, deadline: float) -> dict[int, float]:
     """Per rank, a lower bound on the time from its first forward to its last backward."""
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
     rooms = {q: room for q, chain in enumerate(chains)
              if chain is not None and (room := chain.room_in_trips()) < math.inf}
-    if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
-        found = least_to_last_backward(chains[deepest], DEEPEST_EXPANSIONS)
+    if deepest in rooms:
+        chain = chains[deepest]
+        budget = DEEPEST_EXPANSIONS if len(chain.steps) > 3 else DEEPEST_ONE_CHUNK
+        found = least_to_last_backward(chain, budget, deadline)
         out[deepest] = max(out[deepest], found or 0.0)
     for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
