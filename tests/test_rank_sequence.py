@@ -278,3 +278,84 @@ def test_no_chunked_schedule_has_a_rank_shorter_than_its_chain_bound(seed: int, 
     except InfeasibleError:
         pytest.skip("limit below one microbatch")
     _no_schedule_beats_the_sequence_bound(problem, [])
+
+
+def _turn_chain(rng: random.Random, m: int, cap: float) -> RankChain:
+    """The V-shape's turn rank: both chunks on it back to back (no hop), so its forwards, its backwards
+    and its weight passes each cost the same; only the round trip through the other ranks is drawn."""
+    f, b, w = rng.randint(1, 5), rng.randint(1, 5), rng.randint(1, 4)
+    mem = rng.choice([1.0, 0.5])
+    keep = mem * rng.choice([0.3, 0.5])
+    steps = (Step(f, mem, 0.0), Step(f, mem, 0.0, 0, f), Step(b, 0.0, mem - keep, 1, f + rng.randint(1, 14)),
+             Step(b, 0.0, mem - keep, 2, b), Step(w, 0.0, keep, 2), Step(w, 0.0, keep, 3))
+    return RankChain(steps, m, cap)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_twin_passes_pooled_never_exceed_every_order(seed: int) -> None:
+    """The turn rank's twin forwards, twin backwards and weight passes pooled (chain_walk._twins): the
+    walk stays at or below every order of two microbatches, to the last backward and to the
+    last pass, and at or below the walk that keeps every chunk apart."""
+    from zbsearch.search import chain_walk
+
+    rng = random.Random(600 + seed)
+    chain = _turn_chain(rng, 2, rng.choice([1.0, 1.5, 2.0, 3.0]))
+    assert [len(g) for g in chain_walk._twins(chain.steps, [0, 1, 2, 3], {4: 0, 5: 0},
+                                               lambda s: s.lag is not None and s.after is not None
+                                               and s.lag > chain.steps[s.after].duration)] == [2, 2]
+    for to_last in (True, False):
+        exact = _chain_brute(chain, in_order=False, to_last_backward=to_last)
+        pooled = chain_walk.least_chain_span(chain, 10**9, to_last)
+        apart = _least_span(chain, 10**9, 1, to_last)
+        if math.isinf(exact):
+            assert pooled is None
+            continue
+        assert pooled <= exact + 1e-9
+        assert pooled <= apart + 1e-9 or pooled == pytest.approx(apart)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_numpy_chain_walk_is_the_python_walk(seed: int) -> None:
+    """Where nothing pools (every pass of the chain costs differently), the layer-at-a-time walk of
+    chain_walk.py and rank_sequence.py's walk with one state per count give the same span."""
+    from zbsearch.search.chain_walk import least_chain_span
+
+    rng = random.Random(700 + seed)
+    chain = _v_chain(rng, rng.randint(3, 6), rng.choice([1.5, 2.0, 3.0, 4.0]))
+    costs = [(s.duration, s.alloc, s.free) for s in chain.steps]
+    if len(set(costs)) < len(costs):
+        steps = tuple(Step(s.duration + 0.01 * k, s.alloc, s.free, s.after, s.lag) for k, s in enumerate(chain.steps))
+        chain = RankChain(steps, chain.m, chain.cap)
+    for to_last in (True, False):
+        ours, theirs = least_chain_span(chain, 10**9, to_last), _least_span(chain, 10**9, 1, to_last)
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            assert ours == pytest.approx(theirs)
+
+
+def test_v_shape_at_1p_is_proven_optimal_by_the_turn_rank_window() -> None:
+    """The paper's 14.6B stage on the V-shape at 1p, p=4, m=8, span: the turn rank's window, nested in
+    rank 0's, reaches the best heuristic start exactly; every handcrafted V schedule that fits is at or
+    above it."""
+    from dataclasses import replace
+
+    from zbsearch.core.profile import load_profile
+    from zbsearch.search.solve import heuristic_start, objective_of
+
+    base = load_profile(ROOT / "profiles" / "zb-paper-14.6b-m48.json")
+    prof = replace(base, stages=(base.stages[0],) * 4, comm=(base.comm[0],) * 3, microbatches=8)
+    problem = make_problem(prof, "1p", "span", "v")
+    bound = lower_bound(problem)
+    _, _, tl = heuristic_start(problem)
+    assert bound == pytest.approx(objective_of(tl, "span"))
+    assert bound > 1.04 * 8 * (base.stages[0].F + base.stages[0].B + base.stages[0].W)  # well above the work
+    from zbsearch.search import heuristics
+
+    checked = 0
+    for name, sched, _ in heuristics.candidates(prof, 8, problem.limit, "span", placements=[problem.placement],
+                                                same_placement=True):
+        tl = simulate(sched, prof)
+        if all(tl.peak_memory(r) <= problem.limit.per_rank[r] * (1 + 1e-9) for r in range(4)):
+            checked += 1
+            assert objective_of(tl, "span") >= bound - 1e-6, name
+    assert checked > 1

@@ -24,7 +24,9 @@ The search walks pass orders as a dynamic program over the counts of each step d
 as soon as the machine is free and its input is there (delaying a pass never helps: every later time
 only grows), so a state is the time the machine is free and the start times of the passes whose
 lagged successor is still to come. A state no earlier in all of these than another of the same counts
-is dropped: every continuation of the other finishes no later.
+is dropped: every continuation of the other finishes no later. On a chain of several chunks the states
+of one count merge into their earliest corner, and the walk runs a layer at a time in numpy
+(chain_walk.py).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def solve(
     problem.check_feasible()
     name, best, best_tl = heuristic_start(problem)
     best_obj = objective_of(best_tl, problem.objective)
-    real_bounds = rank_bounds(problem, problem.passes, deadline=t0 + NEST_SHARE * time_limit)
+    real_bounds = rank_bounds(problem, problem.passes, deadline=time.monotonic() + NEST_SHARE * time_limit)
     # Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
     # fused backward costs less than B and W apart (an action overhead, a measured full backward), a
     # fused one beats the split pair. The proven bound is then the passes' at their shortest

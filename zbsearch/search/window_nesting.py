@@ -35,9 +35,9 @@ WALK_EXPANSIONS = 10_000
 # The deepest rank (the V-shape's turn, the last stage) is walked first and with more: its window sits
 # inside every other rank's, the longest trips around it. On the V-shape at 0.5p (hetero p=8) its walk
 # needs about 2,000 states per microbatch and lifts the bound by 5-7%. On the paper's V-shape at 1p it
-# proves the handcrafted-family starts optimal (14.6B stage: p=8, m=24 in 75,000 states, 0.1 s; p=16,
-# m=48 in 1.8 million, 3 s; p=16, m=128: 13 s), so it gets what the caller's deadline allows, else
-# DEEPEST_SECONDS; at p=32 (m=96: about 150 s) it runs out.
+# proves the greedy start optimal (solve_bench v-large; its walk, chain_walk.py with the turn's twin
+# passes pooled: 0.1 s at p=16, m=48, 1.4 s at p=32, m=96, about 5 s at p=32, m=256), so it gets what
+# the caller's deadline allows, else DEEPEST_SECONDS.
 DEEPEST_EXPANSIONS = 50_000_000
 DEEPEST_SECONDS = 3.0
 # One chunk (the last stage of the linear placement) walks a state at a time in Python, with no deadline.
