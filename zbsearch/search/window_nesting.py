@@ -37,9 +37,13 @@ WALK_EXPANSIONS = 10_000
 # needs about 2,000 states per microbatch and lifts the bound by 5-7%. On the paper's V-shape at 1p it
 # proves the greedy start optimal (solve_bench v-large; its walk, chain_walk.py with the turn's twin
 # passes pooled: 0.1 s at p=16, m=48, 1.4 s at p=32, m=96, about 5 s at p=32, m=256), so it gets what
-# the caller's deadline allows, else DEEPEST_SECONDS.
+# the caller's deadline allows, else DEEPEST_SECONDS. A chain whose limit holds more than DEEPEST_ROOM
+# round trips is not walked: memory hardly holds it back, and on a GPT-3-2.7B-like V split (17.9 round
+# trips, chunks of unequal cost, so no twins) the walk took 22 s and raised nothing. The paper's V at 1p
+# holds 2.4-2.5; the hetero V rows at 1p, 3.1.
 DEEPEST_EXPANSIONS = 50_000_000
 DEEPEST_SECONDS = 3.0
+DEEPEST_ROOM = 4.0
 # One chunk (the last stage of the linear placement) walks a state at a time in Python, with no deadline.
 DEEPEST_ONE_CHUNK = 100_000
 
@@ -86,7 +90,7 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
     rooms = {q: room for q, chain in enumerate(chains)
              if chain is not None and (room := chain.room_in_trips()) < math.inf}
-    if deepest in rooms:
+    if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
         chain = chains[deepest]
         budget = DEEPEST_EXPANSIONS if len(chain.steps) > 3 else DEEPEST_ONE_CHUNK
         found = least_to_last_backward(chain, budget, deadline)
