@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,8 +63,8 @@ def _reduce(chain: "RankChain") -> _Walk:
     pools: dict[tuple[float, float, float], list[int]] = {}
     for k in tails:
         pools.setdefault(_cost(steps[k]), []).append(k)
-    groups = _twins(steps, [k for k in range(len(steps)) if k not in tails], {k: c for c, ks in pools.items() for k in ks},
-                    binds)
+    pool_of = {k: cost for cost, ks in pools.items() for k in ks}
+    groups = _twins(steps, [k for k in range(len(steps)) if k not in tails], pool_of, binds)
     group = {k: g for g, members in enumerate(groups) for k in members}
     lead = [steps[members[0]] for members in groups]
     after = [() if s.after is None else (group[s.after],) for s in lead]
