@@ -124,14 +124,15 @@ def least_chain_span(chain: "RankChain", max_states: int, to_last_backward: bool
         seen += len(t)
         if seen > max_states or (deadline is not None and time.monotonic() > deadline):
             return None
-        moves = [mv for k in range(n) if (mv := _move(w, k, counts, t, kept, cap, m)) is not None]
+        level = counts @ w.net
+        moves = [mv for k in range(n) if (mv := _move(w, k, counts, level, t, kept, cap, m)) is not None]
         if not moves:  # every pass has run, or memory holds every next one back
             full = (counts == m * w.size).all(axis=1)
             counts, t = counts[full], t[full]
             break
         counts, t, kept = _stack(moves, w)
         if to_last_backward:
-            over = (counts[:, w.counted] == m * w.mult[w.counted]).all(axis=1)
+            over = (counts[:, w.counted] == m * w.size[w.counted]).all(axis=1)
             if over.any():
                 done = min(done, float(t[over].min()))
                 counts, t, kept = counts[~over], t[~over], {j: a[~over] for j, a in kept.items()}
@@ -142,16 +143,16 @@ def least_chain_span(chain: "RankChain", max_states: int, to_last_backward: bool
     return float(t.min()) if len(t) else None
 
 
-def _move(w: _Walk, k: int, counts: np.ndarray, t: np.ndarray, kept: dict[int, np.ndarray], cap: float,
-          m: int):
-    """Every state of the layer with one more pass of step k, where it is ready and fits memory."""
+def _move(w: _Walk, k: int, counts: np.ndarray, level: np.ndarray, t: np.ndarray, kept: dict[int, np.ndarray],
+          cap: float, m: int):
+    """Every state of the layer (memory held: `level`) with one more pass of step k, where it is ready
+    and fits memory."""
     mult = w.mult[k]
     if w.lag[k] is not None:  # only the passes whose awaited start is kept
         j = w.after[k][0]
         limit = mult * (counts[:, j] // w.mult[j])
     else:
-        limit = counts[:, list(w.after[k])].sum(axis=1) if w.after[k] else mult * m
-    level = counts @ w.net
+        limit = counts[:, list(w.after[k])].sum(axis=1) if w.after[k] else w.size[k] * m
     rows = np.nonzero((counts[:, k] < limit) & (level + w.alloc[k] <= cap) & (level + w.net[k] <= cap))[0]
     if not len(rows):
         return None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 from functools import cached_property
+from typing import Sequence
 
 from ..core.errors import PreconditionError, ProfileError, ZbsearchError
 from ..core.ir import Action, Kind, Placement, Schedule, build, dualpipe, interleaved, linear, vshape

@@ -41,7 +41,7 @@ TUNE_SHARE = 0.15
 # Share of the time limit for the periodic start (greedy_modulo.py), where it applies.
 PERIODIC_SHARE = 0.1
 # Share of the time limit the walk of the deepest rank's window may take (window_nesting.py): on the
-# paper's V-shape at 1p, p=16, it proves the start optimal in 3 s (m=48) to 13 s (m=128).
+# paper's V-shape at 1p it proves the start optimal in 0.1 s (p=16, m=48) to about 5 s (p=32, m=256).
 NEST_SHARE = 0.3
 # Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
 OPTIMAL_RTOL = 1e-9
