@@ -291,3 +291,58 @@ def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
     assert "gap 10.00%" in line and "the bound is placement v's, whose best plan found is 130" in line
     details["any_split_bound_by_placement"]["v"]["bound"] = 99.0  # now the plan's own placement is lower
     assert "the bound is placement" not in bound_line(plan)
+
+
+def _whole_bound(search: SplitSearch, placement, counts, chains: bool) -> float:
+    """A split's own bound from its whole problem, as the walk took it before ranks were cached."""
+    from zbsearch.search.bounds import objective_bound, rank_bounds
+    from zbsearch.search.relaxations import bound_passes
+    try:
+        problem = search.problem(placement, counts)
+        problem.check_feasible()
+    except InfeasibleError:
+        return math.inf
+    return objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains, nesting=False), problem.objective)
+
+
+@pytest.mark.parametrize("placement,cap,objective,p,n", [
+    ("v", "15GiB", "makespan", 2, 7), ("v", "13GiB", "span", 3, 8), ("linear", "15GiB", "span", 3, 7),
+    ("interleaved:2", "15GiB", "makespan", 2, 6),
+])
+def test_rank_cached_split_bounds_equal_the_whole_problems(placement, cap, objective, p, n):
+    """Every split's own bound taken rank by rank from a cache shared across splits (split_leaf.py)
+    equals the bound of its whole problem: a rank's bound reads only its own layers while hops cost
+    the same everywhere. With the chain walk it may only be larger (a rank walked in another split
+    keeps its walk). The caps leave some splits with no schedule (a rank cannot hold one microbatch)."""
+    prof = layered(random_layers(n, seed=n + p, static=1.0), m=2 * p, comm=0.5)
+    pl = parse_placement(placement, p)
+    search = SplitSearch(SplitRequest(prof, p, (placement,), cap, objective, "auto"), 1e18)
+    splits = list(all_splits(n, len(pl.routes[0])))
+    finite = 0
+    for chains in (False, True):
+        for counts in splits:
+            cached, whole = search.leaf_bound(pl, chains)(counts), _whole_bound(search, pl, counts, chains)
+            if chains:
+                assert cached >= whole * (1 - 1e-12), counts
+            else:
+                assert cached == pytest.approx(whole, rel=1e-12), counts
+            finite += cached < math.inf
+    assert search.ranks.exact and 0 < finite < 2 * len(splits)
+    assert len(search.ranks.ranks) < len(splits) * p  # ranks recur across splits: the cache is used
+
+
+def test_hops_that_depend_on_the_cut_turn_the_rank_cache_off():
+    """Where a hop's time follows the bytes crossing that cut, a rank's paths depend on the other ranks'
+    cuts: every split is then bounded whole."""
+    layers = random_layers(6, seed=5)
+    for k, layer in enumerate(layers):
+        layer["out_bytes"] = float(k + 1)
+    data = json.loads(json.dumps(layered(layers, m=4).to_dict()))
+    data["link_bandwidth"] = 2.0
+    prof = Profile.from_dict(data)
+    pl = parse_placement("v", 2)
+    search = SplitSearch(SplitRequest(prof, 2, ("v",), None, "makespan", "auto"), 1e18)
+    assert not search.ranks.exact
+    for counts in all_splits(6, 4):
+        assert search.leaf_bound(pl)(counts) == _whole_bound(search, pl, counts, False)
+    assert not search.ranks.ranks

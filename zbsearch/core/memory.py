@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 from .errors import InfeasibleError, MemoryLimitError
 from .ir import Placement, linear
@@ -148,6 +149,14 @@ def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, .
     return tuple(need)
 
 
+def ranks_short(profile: Profile, placement: Placement, limit: MemoryLimit,
+                need: Sequence[float] | None = None) -> list[bool]:
+    """Per rank, whether `limit` is too small for one microbatch in flight there (`need`: the ranks'
+    min_feasible_limit, when already computed)."""
+    need = min_feasible_limit(profile, placement) if need is None else need
+    return [cap < n * (1 - _RTOL) for cap, n in zip(limit.per_rank, need)]
+
+
 def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -> None:
     """Raise InfeasibleError when `limit` cannot hold one microbatch in flight on some rank.
 
@@ -157,7 +166,7 @@ def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -
     so raising the limit to the stated minimum fits every rank.
     """
     need = min_feasible_limit(profile, placement)
-    short = [r for r, (cap, n) in enumerate(zip(limit.per_rank, need)) if cap < n * (1 - _RTOL)]
+    short = [r for r, is_short in enumerate(ranks_short(profile, placement, limit, need)) if is_short]
     if not short:
         return
     p = placement.num_ranks

@@ -24,13 +24,12 @@ from ..core.ir import Placement
 from ..core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
 from ..core.partition import check_counts, partition_profile, route_length, split_meta
 from ..core.profile import Profile
-from .bounds import objective_bound, rank_bounds
-from .relaxations import bound_passes
 from .problem import Problem, parse_placement
 from .solve import OPTIMAL_RTOL, Progress, SolveResult, heuristic_start, objective_of, solve
 from ..profiling.partition import linear_partition
 from .split_bounds import least_bound_split, split_bound
 from .split_enumerate import bound_input, refined_bound
+from .split_leaf import RankCache
 from .split_report import rank_totals, split_facts
 from .split_candidates import (
     balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced, rank_work, transfers,
@@ -86,37 +85,20 @@ class SplitSearch:
     scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
-    # Each split's analytic bound without the chain walk, once computed: the V walk's second pass asks
-    # again for every split the first pass bounded. Keyed as `proven` (counts' length names the chunks).
-    plain: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
+    ranks: RankCache = field(init=False, repr=False)  # each rank's own bound, once computed
+
+    def __post_init__(self) -> None:
+        self.ranks = RankCache(self.request.profile, self.problem)
 
     def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
-        """A split's own bound: the analytic one (bounds.py), or what solving it proved; inf when no
-        schedule of it fits the limit. `chains`: with the walk over each rank's chain of chunks, which
-        costs about ten times as much per split (the walk gives it only the splits that could set its
-        answer)."""
+        """A split's own bound: the analytic one (bounds.py, rank by rank: split_leaf.py), or what
+        solving it proved; inf when no schedule of it fits the limit. `chains`: with the walk over each
+        rank's chain of chunks, which costs about ten times as much per rank (the walk gives it only the
+        splits that could set its answer)."""
         def bound(counts: tuple[int, ...]) -> float:
-            key = (placement.name, tuple(counts))
-            if chains:
-                own = self._analytic(placement, counts, chains=True)
-            elif key in self.plain:
-                own = self.plain[key]
-            else:
-                own = self.plain[key] = self._analytic(placement, counts, chains=False)
-            return max(own, self.proven.get(key, 0.0))
+            own = self.ranks.bound(placement, counts, chains)
+            return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
         return bound
-
-    def _analytic(self, placement: Placement, counts: Sequence[int], chains: bool) -> float:
-        """bounds.py's bound of one split; inf when no schedule of it fits the limit."""
-        try:
-            problem = self.problem(placement, counts)
-            problem.check_feasible()
-        except InfeasibleError:
-            return math.inf
-        # Without the nesting: its walks cost the split walk more splits than it raised (partition
-        # study: the V bound over every split fell on llama3-8b p=4 61 GiB and deepseek 42 GiB).
-        return objective_bound(rank_bounds(problem, bound_passes(problem), chains=chains, nesting=False),
-                               problem.objective)
 
     def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
         req = self.request
