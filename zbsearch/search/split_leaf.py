@@ -57,11 +57,10 @@ class RankCache:
         the chains of the ranks that come within CHAIN_REACH of the largest (bounds.rank_bounds)."""
         keys = _rank_keys(placement, counts) if self.exact and len(placement.routes) == 1 else None
         if keys is not None:
-            known = [self.ranks.get(k) for k in keys]
-            if all(k is not None for k in known):
-                value = _combine(known, chains)  # type: ignore[arg-type]
-                if value is not None:
-                    return value
+            known = [entry for entry in map(self.ranks.get, keys) if entry is not None]
+            value = _combine(known, chains) if len(known) == len(keys) else None
+            if value is not None:
+                return value
         return self._bound_whole(placement, counts, chains, keys)
 
     def _bound_whole(self, placement: Placement, counts: Sequence[int], chains: bool,
@@ -95,7 +94,9 @@ class RankCache:
                 entry.walked = walked[r]  # the rank rank_bounds walked in this split
             elif chains and not several:
                 entry.walked = plain[r]
-        return _combine([self.ranks[k] for k in keys], chains)  # type: ignore[return-value]
+        value = _combine([self.ranks[k] for k in keys], chains)
+        assert value is not None  # every rank within reach of this split's largest was walked above
+        return value
 
 
 def _combine(ranks: Sequence[_Rank], chains: bool) -> float | None:
@@ -115,6 +116,6 @@ def _rank_keys(placement: Placement, counts: Sequence[int]) -> list[RankKey]:
     for c in counts:
         edges.append(edges[-1] + c)
     position = {c: k for k, c in enumerate(placement.routes[0])}
-    return [(placement.name, placement.num_chunks, r,
-             tuple((edges[position[c]], edges[position[c] + 1]) for c in sorted(placement.chunks_on(r), key=position.get)))
-            for r in range(placement.num_ranks)]
+    def ranges(r: int) -> tuple[tuple[int, int], ...]:
+        return tuple((edges[position[c]], edges[position[c] + 1]) for c in sorted(placement.chunks_on(r), key=position.get))
+    return [(placement.name, placement.num_chunks, r, ranges(r)) for r in range(placement.num_ranks)]
