@@ -39,7 +39,7 @@ from typing import Sequence
 from ..core.ir import Action, Kind
 from .problem import Pass, Problem, longest_from
 from .relaxations import bound_passes
-from .rank_sequence import RankChain, Step, least_span
+from .rank_sequence import MAX_EXPANSIONS, RankChain, Step, least_span
 from .window_nesting import nested_spans
 from ..sim.validate import MEMORY_RTOL
 
@@ -104,11 +104,11 @@ def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, t
 
 
 def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, nesting: bool = True,
-                deadline: float | None = None) -> list[RankBound]:
+                deadline: float | None = None, chain_states: int = MAX_EXPANSIONS) -> list[RankBound]:
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
-    (see _with_chains), and with `nesting` nest each deeper rank's window in the ranks above it
-    (window_nesting.py, whose deepest walk stops at `deadline`); off where many problems are bounded in
-    little time (the split walk)."""
+    (see _with_chains; each walk gives up past `chain_states` states), and with `nesting` nest each
+    deeper rank's window in the ranks above it (window_nesting.py, whose deepest walk stops at
+    `deadline`); off where many problems are bounded in little time (the split walk)."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -144,7 +144,8 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
                              max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if one_chunk else 0.0))
     if not chains:
         return out
-    out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective)
+    out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective,
+                       chain_states)
     if not nesting:
         return out
     return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones, deadline))]
@@ -156,13 +157,14 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
 CHAIN_REACH = 0.1
 
 
-def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str) -> list[RankBound]:
+def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str,
+                 states: int = MAX_EXPANSIONS) -> list[RankBound]:
     """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
     and come within CHAIN_REACH of the largest rank bound."""
     top = objective_bound(out, objective) if out else 0.0
     for r, chain in enumerate(chains):
         if chain is not None and objective_bound([out[r]], objective) >= (1 - CHAIN_REACH) * top:
-            out[r] = replace(out[r], sequence=least_span(chain) or 0.0)
+            out[r] = replace(out[r], sequence=least_span(chain, states) or 0.0)
     return out
 
 

@@ -163,10 +163,10 @@ def _move(w: _Walk, k: int, counts: np.ndarray, level: np.ndarray, t: np.ndarray
         j = w.after[k][0]
         begin = np.maximum(begin, new[j][:, 0] + w.lag[k])
         last = done % mult == mult - 1  # the pass that uses the start up (a pair's second)
-        new[j] = np.where(last[:, None], np.pad(new[j][:, 1:], ((0, 0), (0, 1)), constant_values=np.inf), new[j])
+        new[j] = np.where(last[:, None], _widen(new[j][:, 1:], new[j].shape[1]), new[j])
     if k in w.succ:
         s = w.succ[k]
-        waiting = np.pad(new[k], ((0, 0), (0, 1)), constant_values=np.inf)
+        waiting = _widen(new[k], new[k].shape[1] + 1)
         keep = np.flatnonzero(done % mult == mult - 1)
         waiting[keep, done[keep] // mult - counts[rows[keep], s] // w.mult[s]] = begin[keep]
         new[k] = waiting
@@ -182,9 +182,18 @@ def _stack(moves, w: _Walk):
     kept = {}
     for j in w.succ:
         width = max(new[j].shape[1] for _, _, new in moves)
-        kept[j] = np.concatenate([np.pad(new[j], ((0, 0), (0, width - new[j].shape[1])), constant_values=np.inf)
-                                  for _, _, new in moves])
+        kept[j] = np.concatenate([_widen(new[j], width) for _, _, new in moves])
     return counts, t, kept
+
+
+def _widen(a: np.ndarray, width: int) -> np.ndarray:
+    """`a` with columns of inf (no start awaited) added on the right up to `width` (np.pad's general
+    path cost more than the rest of the walk on small layers)."""
+    if a.shape[1] >= width:
+        return a
+    out = np.full((a.shape[0], width), np.inf)
+    out[:, :a.shape[1]] = a
+    return out
 
 
 def _merge(counts: np.ndarray, t: np.ndarray, kept: dict[int, np.ndarray], radix: np.ndarray, w: _Walk):
