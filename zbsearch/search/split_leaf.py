@@ -9,7 +9,7 @@ route and one hop per rank crossing, however the other ranks split those layers.
 every hop costs the same (hops do not depend on where the cuts fall) and no pass time is relaxed chunk
 by chunk along a path (an F&B pair time); with one route. Then a split whose ranks were all seen
 costs a lookup, and the split's bound is the largest of its ranks' bounds, the same number the whole
-problem gives. Otherwise every split is bounded whole, as before.
+problem gives. Otherwise each split is bounded from its whole problem.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .relaxations import bound_passes
 RankKey = tuple[str, int, int, tuple[tuple[int, int], ...]]
 
 # States a rank's chain walk may visit here, ten times solve's (rank_sequence.MAX_EXPANSIONS): each
-# rank is walked once for every split that holds it. On the partition study's V-shapes under their
+# rank is walked once, however many splits hold it. On the partition study's V-shapes under their
 # tight caps it raised the bound over every split: deepseek-v2-lite 42 GiB 911.0 -> 947.2 ms,
 # llama3-8b p=8 49 GiB 5,789.6 -> 5,806.9 ms (walks of every split to the end, 60 s allowed).
 CHAIN_STATES = 200_000
