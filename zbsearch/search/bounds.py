@@ -163,9 +163,15 @@ def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective
     and come within CHAIN_REACH of the largest rank bound."""
     top = objective_bound(out, objective) if out else 0.0
     for r, chain in enumerate(chains):
-        if chain is not None and objective_bound([out[r]], objective) >= (1 - CHAIN_REACH) * top:
+        if chain is not None and in_chain_reach(objective_bound([out[r]], objective), top):
             out[r] = replace(out[r], sequence=least_span(chain, states) or 0.0)
     return out
+
+
+def in_chain_reach(rank_bound: float, top: float) -> bool:
+    """Whether a rank whose bound (before its chain walk) is `rank_bound` gets the walk, where the
+    largest rank bound is `top`."""
+    return rank_bound >= (1 - CHAIN_REACH) * top
 
 
 def _alone(problem: Problem, first_mb: Sequence[Pass], mine: dict[int, "_Chunk"], cap: float) -> RankChain | None:

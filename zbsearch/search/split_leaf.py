@@ -15,14 +15,14 @@ problem gives. Otherwise each split is bounded from its whole problem.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..core.errors import InfeasibleError
 from ..core.ir import Placement
 from ..core.memory import ranks_short
 from ..core.profile import Profile
-from .bounds import CHAIN_REACH, objective_bound, rank_bounds
+from .bounds import in_chain_reach, objective_bound, rank_bounds
 from .problem import Problem
 from .relaxations import bound_passes
 
@@ -83,21 +83,21 @@ class RankCache:
                 if is_short:  # this rank cannot hold one microbatch, in any split
                     self.ranks[k] = _Rank(math.inf, math.inf)
             return math.inf
-        passes = bound_passes(problem)
+        several = chains and placement.num_chunks > placement.num_ranks  # one chunk: walked in both
         # Without the nesting: its walks cost the split walk more splits than it raised (partition
         # study: the V bound over every split fell on llama3-8b p=4 61 GiB and deepseek 42 GiB).
-        plain = [objective_bound([b], problem.objective)
-                 for b in rank_bounds(problem, passes, chains=False, nesting=False)]
-        several = chains and placement.num_chunks > placement.num_ranks  # one chunk: walked in both
-        walked = [objective_bound([b], problem.objective)
-                  for b in rank_bounds(problem, passes, chains=True, nesting=False, chain_states=CHAIN_STATES)] \
-            if several else None
+        bounds = rank_bounds(problem, bound_passes(problem), chains=several, nesting=False, chain_states=CHAIN_STATES)
+        # A rank holding several chunks gets `sequence` from the chain walk alone (bounds._with_chains), so
+        # without it, it is the bound the walk started from: one call gives both.
+        plain = [objective_bound([replace(b, sequence=0.0) if several and len(placement.chunks_on(b.rank)) > 1 else b],
+                                 problem.objective) for b in bounds]
+        walked = [objective_bound([b], problem.objective) for b in bounds] if several else None
         if keys is None:
             return max(walked or plain)
         top = max(plain)
         for r, k in enumerate(keys):
             entry = self.ranks.setdefault(k, _Rank(plain[r]))
-            if walked is not None and plain[r] >= (1 - CHAIN_REACH) * top:
+            if walked is not None and in_chain_reach(plain[r], top):
                 entry.walked = walked[r]  # the rank rank_bounds walked in this split
             elif chains and not several:
                 entry.walked = plain[r]
@@ -112,7 +112,7 @@ def _combine(ranks: Sequence[_Rank], chains: bool) -> float | None:
     if not chains:
         return max(k.plain for k in ranks)
     top = max(k.plain for k in ranks)
-    if any(k.walked is None and k.plain >= (1 - CHAIN_REACH) * top for k in ranks):
+    if any(k.walked is None and in_chain_reach(k.plain, top) for k in ranks):
         return None
     return max(k.plain if k.walked is None else k.walked for k in ranks)
 
@@ -123,6 +123,9 @@ def _rank_keys(placement: Placement, counts: Sequence[int]) -> list[RankKey]:
     for c in counts:
         edges.append(edges[-1] + c)
     position = {c: k for k, c in enumerate(placement.routes[0])}
+
     def ranges(r: int) -> tuple[tuple[int, int], ...]:
-        return tuple((edges[position[c]], edges[position[c] + 1]) for c in sorted(placement.chunks_on(r), key=position.get))
+        ordered = sorted(placement.chunks_on(r), key=position.get)
+        return tuple((edges[position[c]], edges[position[c] + 1]) for c in ordered)
+
     return [(placement.name, placement.num_chunks, r, ranges(r)) for r in range(placement.num_ranks)]
