@@ -127,6 +127,109 @@ def test_start_and_end_idle_on_a_v_shape_middle_rank():
     assert rb.end == pytest.approx(175 + 6720 + 280, rel=1e-6)
 
 
+def _v_with_a_head(limit: str | None, objective: str, m: int = 4):
+    """A V-shape on 2 ranks whose rank 0 holds a cheap first chunk (an embedding) and the heaviest, last
+    one (a head): chunk times 1, 4, 4 and 8 (F = B = W), one layer each, no hops."""
+    from zbsearch.search.partition_search import SplitRequest, SplitSearch
+    from zbsearch.search.problem import parse_placement
+
+    gib = 2**30
+    layers = [{"name": name, "kind": kind, "F": t, "B": t, "W": t, "mem_B": gib, "mem_W": gib / 2,
+               "static_bytes": gib, "out_bytes": 1.0}
+              for name, kind, t in (("tok_embeddings", "embedding", 1), ("layers.0", "decoder", 4),
+                                    ("layers.1", "decoder", 4), ("output", "output", 8))]
+    prof = Profile.from_dict({
+        "name": "head", "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": gib, "mem_W": gib}], "microbatches": m,
+        "time_unit": "unit", "memory_unit": "bytes", "comm": 0.0, "device_capacity_bytes": 80.0 * gib,
+        "layers": layers, "source": {"kind": "estimated", "method": "hand-made for a test"}})
+    search = SplitSearch(SplitRequest(prof, 2, ("v",), limit, objective), 1e18)
+    return search.problem(parse_placement("v", 2), (1, 1, 1, 1))
+
+
+def test_start_idle_counts_only_the_forwards_that_have_arrived():
+    # Rank 0 holds chunks 0 (F=1) and 3 (F=8). Its first backward (B3 of microbatch 0) can start 17
+    # after its first forward: F0 F1 F2 F3 = 1+4+4+8. Chunk 3's first forward arrives at 9, so only
+    # one of its forwards starts before 17: the four F0 (4) and one F3 (8) fill 12; idle 5. Counting
+    # every forward that fits in memory (4 + 32) would leave no idle at all.
+    problem = _v_with_a_head(None, "makespan")
+    rb = rank_bounds(problem, problem.passes)[0]
+    assert rb.start_idle == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("limit,objective", [(None, "makespan"), (None, "span"), ("7GiB", "makespan"),
+                                             ("6GiB", "span")])
+def test_the_arrival_bound_stays_below_the_optimum(monkeypatch, limit, objective):
+    """The V with a head, where the start idle binds: CP-SAT, told nothing by the analytic bounds,
+    proves the optimum; the bound must not exceed it."""
+    import zbsearch.search.cpsat as cpsat_module
+    import zbsearch.search.solve as solve_module
+    from zbsearch.search.bounds import RankBound
+
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
+        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
+
+    problem = _v_with_a_head(limit, objective)
+    bound = lower_bound(problem)
+    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
+    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
+    result = solve_module.solve(problem, time_limit=20)
+    assert result.status == "optimal"
+    assert bound <= result.objective + 1e-9
+
+
+@pytest.mark.parametrize("seed,cap,objective", [(0, None, "makespan"), (1, "14GiB", "makespan"), (2, "12GiB", "span"),
+                                                (3, None, "span")])
+def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed, cap, objective):
+    """Random layers whose first is cheap and last heavy (an embedding and a head), every split of them
+    on a V over 2 ranks: CP-SAT, told nothing by the analytic bounds, proves each split's optimum; the
+    split's analytic bound and the split walk's cheap bound must not exceed it."""
+    import itertools as it
+
+    import zbsearch.search.cpsat as cpsat_module
+    import zbsearch.search.solve as solve_module
+    from zbsearch.core.errors import InfeasibleError
+    from zbsearch.search.bounds import RankBound
+    from zbsearch.search.partition_search import SplitRequest, SplitSearch
+    from zbsearch.search.problem import parse_placement
+    from zbsearch.search.split_bounds import split_bound
+    from zbsearch.search.split_enumerate import bound_input
+
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
+        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
+
+    rng, gib, n, m = random.Random(500 + seed), 2**30, 5, 3
+    times = [1] + [rng.randint(2, 4) for _ in range(n - 2)] + [rng.randint(6, 9)]
+    layers = [{"name": f"layers.{i}", "kind": "embedding" if i == 0 else "output" if i == n - 1 else "decoder",
+               "F": t, "B": t + rng.choice([0, 1]), "W": rng.choice([1, 2]), "mem_B": rng.choice([1, 2]) * gib,
+               "mem_W": gib / 2, "static_bytes": gib, "out_bytes": 1.0} for i, t in enumerate(times)]
+    prof = Profile.from_dict({
+        "name": "head", "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": gib, "mem_W": gib}], "microbatches": m,
+        "time_unit": "unit", "memory_unit": "bytes", "comm": rng.choice([0.0, 1.0]),
+        "device_capacity_bytes": 80.0 * gib, "layers": layers,
+        "source": {"kind": "estimated", "method": "random layers for a test"}})
+    request = SplitRequest(prof, 2, ("v",), cap, objective)
+    search, placement = SplitSearch(request, 1e18), parse_placement("v", 2)
+    data = bound_input(prof, placement, cap, objective, request.headroom)
+    bounds = {}
+    for cuts in it.combinations(range(1, n), 3):
+        edges = (0,) + cuts + (n,)
+        counts = tuple(b - a for a, b in zip(edges, edges[1:]))
+        try:
+            problem = search.problem(placement, counts)
+            problem.check_feasible()
+        except InfeasibleError:
+            continue
+        bounds[counts] = (lower_bound(problem), split_bound(data, counts), problem)
+    assert bounds, "the test needs at least one feasible split"
+    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
+    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
+    for counts, (own, cheap, problem) in bounds.items():
+        result = solve_module.solve(problem, time_limit=20)
+        assert result.status == "optimal"
+        assert own <= result.objective + 1e-9, counts
+        assert cheap <= result.objective + 1e-9, counts
+
+
 @pytest.mark.parametrize("seed,placement,limit,objective", [
     (0, "v", "0.5p", "makespan"), (1, "v", "0.5p", "span"), (2, "v", "0.75p", "makespan"), (3, "v", "1p", "span"),
     (4, "interleaved:2", "0.5p", "makespan"), (5, "interleaved:2", "0.75p", "span"), (6, "dualpipe", "0.75p", "span"),

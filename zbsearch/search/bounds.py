@@ -8,7 +8,8 @@ and the solver's integer-grid relaxation.
 - work: a rank runs its passes one at a time.
 - start idle: before rank r's first backward only forwards can run, and nothing is freed until a
   backward ends, so only the forwards whose activations fit in the limit together can fill the time
-  until the first microbatch's gradient comes back. The rest of that window is idle.
+  until the first microbatch's gradient comes back, and of a chunk later on the route only those
+  that start after microbatch 0's forwards reach it. The rest of that window is idle.
 - end idle: between the end of rank r's last forward and that microbatch's first backward on r,
   the gradient makes the rest of the round trip; only B and W of microbatches already in memory
   at that moment can fill the window, and memory caps how many there are.
@@ -129,7 +130,7 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
         trip_disjoint = True
         routes = _route_facts(problem, paths, mine, r)
         for facts in routes:
-            start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap))
+            start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap, facts))
             end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
             trip_idle = min(trip_idle, facts.to_own_b - _work_before_own_b(mine, cap, facts.held))
             first = mine[facts.held[0]]
@@ -215,6 +216,7 @@ class _RouteFacts:
     after_last_f: float  # the route's last F on the rank ends -> that microbatch's first B there
     held: tuple[int, ...]  # chunks on the rank that one microbatch of this route holds at that moment
     to_own_b: float = 0.0  # the route's first F on the rank starts -> that chunk's own B can start
+    arrivals: tuple[float, ...] = ()  # the route's first F on the rank starts -> each of `held`'s F can start
 
 
 def _chunk_facts(passes: Sequence[Pass]) -> dict[int, _Chunk]:
@@ -257,8 +259,9 @@ def _route_facts(problem: Problem, paths: dict[int, dict[int, dict[Action, float
         from_first, from_last = per_chunk[here[0]], per_chunk[here[-1]]
         b_starts = [from_first[Action(c, Kind.B, i)] - mine[c].B for c in here]
         back = here[-1]
+        arrivals = tuple(from_first[Action(c, Kind.F, i)] - mine[c].F for c in here)
         out.append(_RouteFacts(min(b_starts), from_last[Action(back, Kind.B, i)] - mine[back].B - mine[back].F, here,
-                               b_starts[0]))
+                               b_starts[0], arrivals))
     return out
 
 
@@ -279,10 +282,21 @@ def _work_before_own_b(mine: dict[int, _Chunk], cap: float, here: tuple[int, ...
 EXACT_COMBINATIONS = 2_000
 
 
-def _forwards_that_fit(mine: dict[int, _Chunk], cap: float) -> float:
+def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts) -> float:
     """Most forward work a rank can run before its first backward: nothing is freed until a
-    backward ends, so all those forwards' activations are held at once."""
-    return most_that_fits(cap, [(f.alloc, f.F, f.count) for f in mine.values()])
+    backward ends, so all those forwards' activations are held at once; and a chunk later on the
+    route gets its first forward only when microbatch 0's forwards reach it, so only the forwards
+    that start between then and the first backward count (a V-shape's rank 0 can run nothing but
+    embedding forwards while the first microbatch travels down to its head chunk)."""
+    arrival = dict(zip(facts.held, facts.arrivals))
+    window = facts.to_first_b
+
+    def starts(c: int, f: _Chunk) -> int:
+        if c not in arrival or f.F <= 0:
+            return f.count  # another route's chunk: it may run from the window's start
+        return min(f.count, max(0, math.ceil((window - arrival[c]) / f.F - 1e-9)))
+
+    return most_that_fits(cap, [(f.alloc, f.F, starts(c, f)) for c, f in mine.items()])
 
 
 def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> float:

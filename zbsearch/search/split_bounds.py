@@ -10,7 +10,8 @@ and after them on the route (times per microbatch; m microbatches):
   first backward cannot start before microbatch 0 has gone down the rest of the route and its
   gradient has come back to the rank's last chunk on the route (forwards and backwards of the later
   layers, one hop per rank crossing). The rank's span is at least that wait plus the work it could
-  not do during it.
+  not do during it. On the V-shape the up chunk's forwards count only from when microbatch 0 reaches
+  it: a rank 0 holding the embedding and the head can run little but embedding forwards until then.
 - memory-time: a microbatch's activations on a chunk stay from the start of its F to the end of its
   B, at least the forwards and backwards of the chunk and every later layer of the route and each
   rank crossing on the way there and back; under the paper's memory model mem_W of them stays until
@@ -184,10 +185,14 @@ def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, i
     # The down chunk is 2p-2-r crossings from the route's end, the up chunk r.
     span = max(m * work, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
                m * work + _round_trip_idle(s, data, ranges, 2 * (2 * p - 2 - r), room))
+    # The up chunk's first forward comes only once microbatch 0 has gone down the layers between
+    # (2p-2-2r crossings; none at the turn), so only its forwards that start before the backward count.
+    arrival = s("F", down, ranges[1][0]) + (2 * p - 2 - 2 * r) * data.min_hop
+    up_count = m if forwards[1] <= 0 else min(m, max(0, math.ceil((wait - arrival) / forwards[1] - 1e-9)))
     # The fill is at least one chunk's forwards alone; the exact one (whole microbatches of each
     # chunk) only where that can make the wait bind: this runs for every pair of the walk's ranges.
-    items, slack = [(mem, f, m) for f, mem in zip(forwards, mems)], room * (1 + 1e-9)
-    alone = max(f * (m if math.isinf(slack) else blocks_that_fit(slack, mem, m)) for mem, f, _ in items)
+    items, slack = [(mems[0], forwards[0], m), (mems[1], forwards[1], up_count)], room * (1 + 1e-9)
+    alone = max(f * (n if math.isinf(slack) else blocks_that_fit(slack, mem, n)) for mem, f, n in items)
     if wait + m * work - alone > span:
         span = max(span, wait + m * work - most_that_fits(slack, items))
     if data.objective != "makespan":
