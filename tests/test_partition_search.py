@@ -198,6 +198,27 @@ def test_each_placement_reports_its_best_plan_beside_its_bound():
         assert facts["best_found"] >= facts["bound"] * (1 - 1e-9)
 
 
+def test_the_joint_searchs_bound_stays_below_every_splits_optimum():
+    """End to end, with the walk over every split run before the polish and again after it (each
+    placement keeping the larger bound): the bound the joint search reports never exceeds the best
+    proven optimum of any split on either placement, nor the plan it returns."""
+    prof = layered(random_layers(5, 3), 3)
+    request = SplitRequest(prof, 2, ("linear", "v"), "20GiB", "makespan", "auto")
+    auto = search_splits(request, time_limit=8)
+    search, best = SplitSearch(request, 1e18), math.inf
+    for name in ("linear", "v"):
+        placement = parse_placement(name, 2)
+        for counts in all_splits(5, len(placement.routes[0])):
+            try:
+                result = solve(search.problem(placement, counts), time_limit=20)
+            except InfeasibleError:
+                continue
+            assert result.status == "optimal"
+            best = min(best, result.objective)
+    assert auto.details["any_split_bound"] <= best * (1 + 1e-9)
+    assert best <= auto.objective * (1 + 1e-9)
+
+
 def test_even_spreads_blocks_and_keeps_the_ends_on_the_end_chunks():
     layers = layered(random_layers(10, 0), 4).layers
     assert even_counts(layers, 4) == (3, 2, 2, 3)  # 8 blocks: 2 each; embedding first, head last
