@@ -43,10 +43,8 @@ POLISH = 2
 # share of the best's (the first NEAR_CANDIDATES by heuristic), least own bound first.
 NEAR = 0.02
 NEAR_CANDIDATES = 40
-# Share of the time limit kept for tightening the bound over every split (split_enumerate.py), and
-# the most a second walk after the polish is given.
+# Share of the time limit kept for tightening the bound over every split (split_enumerate.py).
 BOUND_SHARE = 0.15
-SECOND_WALK_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -225,27 +223,18 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
         progress(Progress(time.monotonic() - t0, ranked[0].objective, 0.0, "split search"))
     results = []
     chosen = _to_polish(search, ranked)
-    # The walk over every split first, against the heuristics' best: most walks end well inside their
-    # share, and the polish gets what they leave. Where the walks finished, a second one after the
-    # polish adds the bounds the polish proved; it is quick, the ranks being cached by then (gpt3-2.7b
-    # at 10 GiB: 6.0 s, then 0.4 s). Where they ran out of time, a second could not get as far, and the
-    # polish takes it all.
-    walked = time.monotonic()
-    first = any_split_bound_of(request, search, ranked[0].objective, walked + BOUND_SHARE * time_limit)
-    finished = all(facts["walk_complete"] for facts in first[1].values())
-    reserve = min(time.monotonic() - walked, SECOND_WALK_SHARE * time_limit) if finished else 0.0
     # Each split's time in proportion to how far its heuristic is above its own bound: what the
     # solver could still gain there.
     room = [max(entry.objective - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
     for k, entry in enumerate(chosen):
-        left = time_limit - reserve - (time.monotonic() - t0)
+        left = (1 - BOUND_SHARE) * time_limit - (time.monotonic() - t0)
         share = left * room[k] / sum(room[k:])
         assert entry.problem is not None
         results.append(solve(entry.problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
                              progress=progress))
         results[-1].details["split_origin"] = entry.origin
         search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
-    return _finish(request, results, search, t0, "auto", t0 + time_limit, first[1])
+    return _finish(request, results, search, t0, "auto", t0 + time_limit)
 
 
 def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
@@ -305,22 +294,11 @@ def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: fl
     return out, how
 
 
-def _stronger(one: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    """Two walks' facts on one placement: each bound holds, so the larger; the splits both bounded."""
-    return {"bound": max(one["bound"], other["bound"]),
-            "splits_bounded": one["splits_bounded"] + other["splits_bounded"],
-            "walk_complete": one["walk_complete"] or other["walk_complete"]}
-
-
 def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
-            rule: str, deadline: float | None, earlier: dict[str, Any] | None = None) -> SolveResult:
-    """The best result, with the bound over every split and the split's description (`earlier`: a walk's
-    per-placement facts from before the polish; each placement keeps the larger of its two bounds)."""
+            rule: str, deadline: float | None) -> SolveResult:
+    """The best result, with the bound over every split and the split's description."""
     best = min(results, key=lambda r: (r.objective, max(rank_totals(r.timeline))))
     any_split, how = any_split_bound_of(request, search, best.objective, deadline)
-    if earlier:
-        how = {name: _stronger(earlier[name], facts) for name, facts in how.items()}
-        any_split = min(min(facts["bound"] for facts in how.values()), best.objective)
     for name, facts in how.items():
         # The best plan found on each placement beside its bound: where the two stay far apart, the
         # gap is that placement's, whichever of them is weak.
