@@ -1,4 +1,5 @@
-"""Random pipelines shared by the bound tests: stage times and memory drawn from one distribution."""
+"""Shared by the bound tests: random pipelines (stage times and memory drawn from one distribution), and
+CP-SAT proving optima without the bounds it would otherwise be told."""
 
 from __future__ import annotations
 
@@ -14,3 +15,17 @@ def random_stages(rng: random.Random, p: int, m: int) -> Profile:
                "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
     return Profile.from_dict({"stages": stages, "comm": rng.uniform(0, 0.5), "microbatches": m,
                               "source": {"kind": "estimated", "method": "random test"}})
+
+
+def tell_cpsat_no_bounds(monkeypatch) -> None:
+    """CP-SAT and solve() then know only each rank's head (the longest path to its first pass): their
+    optimum is proven without the analytic bounds, so it can check them."""
+    import zbsearch.search.cpsat as cpsat_module
+    import zbsearch.search.solve as solve_module
+    from zbsearch.search.bounds import RankBound, rank_bounds
+
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
+        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes, chains=False)]
+
+    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
+    monkeypatch.setattr(solve_module, "rank_bounds", nothing)

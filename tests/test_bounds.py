@@ -16,7 +16,7 @@ from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
 
-from random_pipelines import random_stages
+from random_pipelines import random_stages, tell_cpsat_no_bounds
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -161,18 +161,12 @@ def test_start_idle_counts_only_the_forwards_that_have_arrived():
 def test_the_arrival_bound_stays_below_the_optimum(monkeypatch, limit, objective):
     """The V with a head, where the start idle binds: CP-SAT, told nothing by the analytic bounds,
     proves the optimum; the bound must not exceed it."""
-    import zbsearch.search.cpsat as cpsat_module
-    import zbsearch.search.solve as solve_module
-    from zbsearch.search.bounds import RankBound
-
-    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
-        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
+    from zbsearch.search.solve import solve
 
     problem = _v_with_a_head(limit, objective)
     bound = lower_bound(problem)
-    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
-    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
-    result = solve_module.solve(problem, time_limit=20)
+    tell_cpsat_no_bounds(monkeypatch)
+    result = solve(problem, time_limit=20)
     assert result.status == "optimal"
     assert bound <= result.objective + 1e-9
 
@@ -183,19 +177,12 @@ def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed,
     """Random layers whose first is cheap and last heavy (an embedding and a head), every split of them
     on a V over 2 ranks: CP-SAT, told nothing by the analytic bounds, proves each split's optimum; the
     split's analytic bound and the split walk's cheap bound must not exceed it."""
-    import itertools as it
-
-    import zbsearch.search.cpsat as cpsat_module
-    import zbsearch.search.solve as solve_module
     from zbsearch.core.errors import InfeasibleError
-    from zbsearch.search.bounds import RankBound
     from zbsearch.search.partition_search import SplitRequest, SplitSearch
     from zbsearch.search.problem import parse_placement
+    from zbsearch.search.solve import solve
     from zbsearch.search.split_bounds import split_bound
     from zbsearch.search.split_enumerate import bound_input
-
-    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
-        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
 
     rng, gib, n, m = random.Random(500 + seed), 2**30, 5, 3
     times = [1] + [rng.randint(2, 4) for _ in range(n - 2)] + [rng.randint(6, 9)]
@@ -211,7 +198,7 @@ def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed,
     search, placement = SplitSearch(request, 1e18), parse_placement("v", 2)
     data = bound_input(prof, placement, cap, objective, request.headroom)
     bounds = {}
-    for cuts in it.combinations(range(1, n), 3):
+    for cuts in itertools.combinations(range(1, n), 3):
         edges = (0,) + cuts + (n,)
         counts = tuple(b - a for a, b in zip(edges, edges[1:]))
         try:
@@ -221,10 +208,9 @@ def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed,
             continue
         bounds[counts] = (lower_bound(problem), split_bound(data, counts), problem)
     assert bounds, "the test needs at least one feasible split"
-    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
-    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
+    tell_cpsat_no_bounds(monkeypatch)
     for counts, (own, cheap, problem) in bounds.items():
-        result = solve_module.solve(problem, time_limit=20)
+        result = solve(problem, time_limit=20)
         assert result.status == "optimal"
         assert own <= result.objective + 1e-9, counts
         assert cheap <= result.objective + 1e-9, counts
@@ -239,12 +225,7 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
     """Chunked placements at tight limits, where the start, round-trip and end idle bind: CP-SAT, told
     nothing by the analytic bounds (they are replaced by zeros in the model and the stopping rule),
     proves the optimum of integer-time instances; the real bound must not exceed it."""
-    import zbsearch.search.cpsat as cpsat_module
-    import zbsearch.search.solve as solve_module
-    from zbsearch.search.bounds import RankBound
-
-    def nothing(problem, passes, chains=True, nesting=True, deadline=None):  # only each rank's head: the longest path to its first pass
-        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes)]
+    from zbsearch.search.solve import solve
 
     rng = random.Random(300 + seed)
     p, m = rng.choice([2, 3]), rng.choice([2, 3, 4])
@@ -256,9 +237,8 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
                               "source": {"kind": "estimated", "method": "random test"}})
     problem = make_problem(prof, limit, objective, placement)
     bound = lower_bound(problem)
-    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
-    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
-    result = solve_module.solve(problem, time_limit=20)
+    tell_cpsat_no_bounds(monkeypatch)
+    result = solve(problem, time_limit=20)
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert bound <= result.objective + 1e-9
 

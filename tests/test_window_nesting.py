@@ -8,11 +8,13 @@ from dataclasses import replace
 import pytest
 
 from zbsearch.core.profile import Profile
-from zbsearch.search.bounds import RankBound, lower_bound, objective_bound, rank_bounds
+from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
 from zbsearch.search.solve import heuristic_start
 from zbsearch.search.problem import make_problem
 from zbsearch.search.relaxations import bound_passes
 from zbsearch.sim.validate import check
+
+from random_pipelines import tell_cpsat_no_bounds
 
 
 def _hetero(p: int, m: int) -> Profile:
@@ -67,11 +69,7 @@ def test_with_memory_to_spare_the_last_gradient_still_comes_back():
 def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, seed, placement, limit, objective):
     """CP-SAT told no analytic bound proves the optimum of small integer-time instances; the nesting
     bound stays at or below it."""
-    import zbsearch.search.cpsat as cpsat_module
-    import zbsearch.search.solve as solve_module
-
-    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
-        return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes, chains=False)]
+    from zbsearch.search.solve import solve
 
     rng = random.Random(500 + seed)
     p, m = (rng.choice([3, 4]), rng.choice([3, 4])) if placement == "linear" else (2, rng.choice([2, 3]))
@@ -82,9 +80,8 @@ def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, 
     problem = make_problem(prof, limit, objective, placement)
     nested = max(b.nested + (b.head if objective == "makespan" else 0.0)
                  for b in rank_bounds(problem, bound_passes(problem)))
-    monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)
-    monkeypatch.setattr(solve_module, "rank_bounds", nothing)
-    result = solve_module.solve(problem, time_limit=20)
+    tell_cpsat_no_bounds(monkeypatch)
+    result = solve(problem, time_limit=20)
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert 0 < nested <= result.objective + 1e-9
 
