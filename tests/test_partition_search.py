@@ -312,6 +312,12 @@ def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
     assert "gap 10.00%" in line and "the bound is placement v's, whose best plan found is 130" in line
     details["any_split_bound_by_placement"]["v"]["bound"] = 99.0  # now the plan's own placement is lower
     assert "the bound is placement" not in bound_line(plan)
+    # A plan at its bound: both placements' bounds are capped at it, and neither holds anything down.
+    details.update(any_split_bound=100.0, any_split_bound_by_placement={
+        "linear": {"bound": 100.0, "best_found": 110.0}, "v": {"bound": 100.0, "best_found": 100.0}})
+    plan.problem = SimpleNamespace(placement=vshape(2))
+    line = bound_line(plan)
+    assert "gap 0.00%" in line and "the bound is placement" not in line
 
 
 def _whole_bound(search: SplitSearch, placement, counts, chains: bool) -> float:

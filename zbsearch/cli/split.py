@@ -74,7 +74,8 @@ def bound_line(result: SolveResult) -> str:
             f"({result.details['splits_scored']} splits scored)")
     by = result.details.get("any_split_bound_by_placement") or {}
     weakest = min(by, key=lambda name: by[name]["bound"], default=None)
-    if weakest is not None and len(by) > 1 and weakest != result.problem.placement.name \
+    # (With no gap there is nothing to place: every placement's bound is capped at the plan then.)
+    if weakest is not None and len(by) > 1 and weakest != result.problem.placement.name and gap > 1e-9 \
             and not math.isinf(by[weakest].get("best_found", math.inf)):
         # The plan's own placement is not what holds the bound down: say which is, and how far its
         # best plan is from it, so the user knows where the gap lives.
