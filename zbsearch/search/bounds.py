@@ -290,13 +290,17 @@ def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts) 
     embedding forwards while the first microbatch travels down to its head chunk)."""
     arrival = dict(zip(facts.held, facts.arrivals))
     window = facts.to_first_b
+    # Another route's chunk (not in `arrival`): its forwards may have started before the window, any number.
+    return most_that_fits(cap, [(f.alloc, f.F, forwards_that_start(window, arrival[c], f.F, f.count)
+                                 if c in arrival else f.count) for c, f in mine.items()])
 
-    def starts(c: int, f: _Chunk) -> int:
-        if c not in arrival or f.F <= 0:
-            return f.count  # another route's chunk: it may run from the window's start
-        return min(f.count, max(0, math.ceil((window - arrival[c]) / f.F - 1e-9)))
 
-    return most_that_fits(cap, [(f.alloc, f.F, starts(c, f)) for c, f in mine.items()])
+def forwards_that_start(window: float, arrival: float, duration: float, count: int) -> int:
+    """How many of a chunk's `count` forwards, each `duration` long and run one at a time, can start
+    before `window` when the first can start at `arrival`."""
+    if duration <= 0:
+        return count
+    return min(count, max(0, math.ceil((window - arrival) / duration - 1e-9)))
 
 
 def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> float:

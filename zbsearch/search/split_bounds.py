@@ -40,7 +40,7 @@ from typing import Sequence
 
 from ..core.ir import Placement
 from ..core.layers import Layer
-from .bounds import blocks_that_fit, most_that_fits
+from .bounds import blocks_that_fit, forwards_that_start, most_that_fits
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def _v_chunks(s: _Sums, data: SplitBoundInput, r: int, ranges: list[tuple[int, i
     # The up chunk's first forward comes only once microbatch 0 has gone down the layers between
     # (2p-2-2r crossings; none at the turn), so only its forwards that start before the backward count.
     arrival = s("F", down, ranges[1][0]) + (2 * p - 2 - 2 * r) * data.min_hop
-    up_count = m if forwards[1] <= 0 else min(m, max(0, math.ceil((wait - arrival) / forwards[1] - 1e-9)))
+    up_count = forwards_that_start(wait, arrival, forwards[1], m)
     # The fill is at least one chunk's forwards alone; the exact one (whole microbatches of each
     # chunk) only where that can make the wait bind: this runs for every pair of the walk's ranges.
     items, slack = [(mems[0], forwards[0], m), (mems[1], forwards[1], up_count)], room * (1 + 1e-9)
