@@ -34,10 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zbsearch.interop.calibrate import calibrate  # noqa: E402
-from zbsearch.plan.fidelity import StudyRequest, run_study  # noqa: E402
-from zbsearch.plan.fidelity_analysis import analyse  # noqa: E402
-from zbsearch.plan.fidelity_report import write_study  # noqa: E402
+from zbsearch.interop.run.calibrate import calibrate  # noqa: E402
+from zbsearch.studies.fidelity import StudyRequest, run_study  # noqa: E402
+from zbsearch.studies.fidelity_analysis import analyse  # noqa: E402
+from zbsearch.studies.fidelity_report import write_study  # noqa: E402
 from zbsearch.profiling.build import profile_measured  # noqa: E402
 from zbsearch.profiling.request import GptShape, MeasureRequest, PipelineSetup, StageSplit  # noqa: E402
 

@@ -21,9 +21,9 @@ from zbsearch.core.errors import InfeasibleError, PreconditionError, ScheduleErr
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.partition import partition_profile, route_length
 from zbsearch.core.profile import Profile
-from zbsearch.search.partition_search import SplitRequest, search_splits
-from zbsearch.search.split_candidates import balanced_counts, even_counts
-from zbsearch.search.split_report import rank_totals
+from zbsearch.search.partition.search import SplitRequest, search_splits
+from zbsearch.search.partition.candidates import balanced_counts, even_counts
+from zbsearch.search.partition.report import rank_totals
 from zbsearch.sim.summary import imbalance as work_imbalance
 from zbsearch.sim.validate import MEMORY_RTOL, validate
 
@@ -105,14 +105,15 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
         res = search_splits(SplitRequest(prof, p, PLACEMENTS, cap, "makespan", rule), time_limit=time_limit)
     except InfeasibleError as exc:
         return Plan(label, note=f"infeasible: {exc}", seconds=time.monotonic() - t0)
-    split = res.problem.profile
+    part = res.details.partition
+    assert part is not None
     plan = Plan(label, res.schedule.name, res.problem.placement.name,
-                tuple(res.details["partition"]["layers_per_chunk"]), res.objective, tuple(rank_totals(res.timeline)),
-                all(r["fits"] for r in res.details["partition"]["ranks"]), time.monotonic() - t0)
-    plan.extra = {"any_split_bound": res.details["any_split_bound"], "status": res.status,
-                  "imbalance": imbalance(res.timeline), "origin": res.details.get("split_origin", rule),
-                  "by_placement": res.details.get("any_split_bound_by_placement", {}),
-                  "own_split_bound": res.details["own_split_bound"], "splits_scored": res.details["splits_scored"]}
+                tuple(part.facts["layers_per_chunk"]), res.objective, tuple(rank_totals(res.timeline)),
+                all(r["fits"] for r in part.facts["ranks"]), time.monotonic() - t0)
+    plan.extra = {"any_split_bound": part.any_split_bound, "status": res.status,
+                  "imbalance": imbalance(res.timeline), "origin": part.origin or rule,
+                  "by_placement": part.any_split_bound_by_placement,
+                  "own_split_bound": part.own_split_bound, "splits_scored": part.splits_scored}
     return plan
 
 

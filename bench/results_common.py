@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"

@@ -8,7 +8,7 @@ from typing import Any
 
 from results_common import OBJECTIVES, RESULTS, anomalies, command, figures, log, pct, write_csv, write_text
 from zbsearch.core.profile import Profile
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 from zbsearch.report.plot import plot_gantt_grid, plot_pareto
 
 HETERO_LIMITS = ("0.5p", "0.75p", "1p", "1.5p", "2p")

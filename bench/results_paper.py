@@ -11,7 +11,7 @@ from results_common import (
 )
 from zbsearch.core.errors import PreconditionError
 from zbsearch.core.profile import Profile, load_profile
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 from zbsearch.report.render import fmt_number
 from zbsearch.schedules import REGISTRY
 

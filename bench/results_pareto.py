@@ -7,7 +7,7 @@ import argparse
 
 from results_common import CITATION, PROFILES, RESULTS, anomalies, command, figures, log, pct, write_csv, write_text
 from zbsearch.core.profile import Profile, load_profile
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 from zbsearch.report.plot import plot_pareto
 
 PARETO_LIMITS = ("0.25p", "0.375p", "0.5p", "0.75p", "1p", "1.25p", "1.5p", "2p", "3p")

@@ -7,7 +7,7 @@ from typing import Any
 
 from results_common import RESULTS, command, figures, pct, write_csv, write_text
 from zbsearch.core.profile import uniform_profile
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 from zbsearch.report.plot import plot_gantt_grid
 from zbsearch.report.render import fmt_number
 

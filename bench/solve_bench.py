@@ -33,7 +33,7 @@ from zbsearch.core.memory import parse_mem_limit
 from zbsearch.search.problem import make_problems
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.search.solve import solve_placements
+from zbsearch.search.solve.driver import solve_placements
 from zbsearch.sim.validate import check
 
 from bench_instances import hetero_random, scale_64, v_large
@@ -85,7 +85,7 @@ def run_one(profile: Profile, limit: str, objective: str, time_limit: float, pla
         "objective": objective, "handcrafted": handcrafted_rows(profile, limit, objective),
         "best_heuristic": result.start_heuristic, "heuristic_bubble": heur_tl_rate,
         "zbsearch_bubble": rep.summary.bubble_rate(objective), "bound_bubble": rep.bubble_rate_lower_bound,
-        "gap": rep.gap, "status": rep.status, "wall_s": wall, "cpsat": rep.cpsat_status,
+        "gap": rep.gap, "status": rep.status, "wall_s": wall, "cpsat": rep.details.cpsat_status,
         "peak_memory": rep.summary.peak_memory,
         "placement": rep.summary.placement,
     }

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from partition_rows import GiB  # noqa: E402
 from partition_study import study_profile  # noqa: E402
 from results_common import RESULTS, log, write_text  # noqa: E402
-from zbsearch.search.partition_search import SplitRequest, search_splits  # noqa: E402
+from zbsearch.search.partition.search import SplitRequest, search_splits  # noqa: E402
 
 MODEL, RANKS = "llama3-8b", 8
 SPLIT = (3, 2, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 2)

@@ -3,7 +3,7 @@
 Regenerate with:  python bench/zb1p_proof.py     (seconds; writes results/zb1p_optimality.md)
 
 For each Table 5 setup (one stage per rank, limit p x M_B per rank) this compares ZB-H1's simulated
-bubble with zbsearch's analytic lower bound (zbsearch/search/bounds.py: per rank, the forwards that fit in
+bubble with zbsearch's analytic lower bound (zbsearch/search/bounds/analytic.py: per rank, the forwards that fit in
 memory cannot cover microbatch 0's round trip at the start, and the backwards and weight passes that
 fit cannot cover the last microbatch's round trip at the end). Where the two are equal, no schedule
 with one stage per rank under that limit beats ZB-H1: it is optimal.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from zbsearch.search.bounds import lower_bound
+from zbsearch.search.bounds.analytic import lower_bound
 from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import load_profile
 from zbsearch.schedules import generate
@@ -47,7 +47,7 @@ def markdown(table: list[dict]) -> str:
         "Regenerate: `python bench/zb1p_proof.py`\n",
         "The Zero Bubble paper's automatic scheduler found nothing better than ZB-H1 at a per-rank "
         "activation limit of p x M_B (its ZB-1p column equals ZB-H1 in every row). zbsearch's analytic "
-        "lower bound (zbsearch/search/bounds.py) settles it: for one stage per rank, no schedule under that limit "
+        "lower bound (zbsearch/search/bounds/analytic.py) settles it: for one stage per rank, no schedule under that limit "
         "has a smaller bubble than the bound, and ZB-H1 meets the bound exactly, under both the span and the "
         "makespan convention. Profiles: the paper's published per-stage times (profiles/zb-paper-*.json; Qi "
         "et al., ICLR 2024, arXiv:2401.10241). The proof covers the one-stage-per-rank placement the paper's "

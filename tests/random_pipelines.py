@@ -20,9 +20,9 @@ def random_stages(rng: random.Random, p: int, m: int) -> Profile:
 def tell_cpsat_no_bounds(monkeypatch) -> None:
     """CP-SAT and solve() then know only each rank's head (the longest path to its first pass): their
     optimum is proven without the analytic bounds, so it can check them."""
-    import zbsearch.search.cpsat as cpsat_module
-    import zbsearch.search.solve as solve_module
-    from zbsearch.search.bounds import RankBound, rank_bounds
+    import zbsearch.search.exact.cpsat as cpsat_module
+    import zbsearch.search.solve.driver as solve_module
+    from zbsearch.search.bounds.analytic import RankBound, rank_bounds
 
     def nothing(problem, passes, chains=True, nesting=True, deadline=None):
         return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes, chains=False)]

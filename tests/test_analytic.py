@@ -17,11 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.core.errors import PlanError
-from zbsearch.plan.closed_forms import (
-    CLOSED_FORM, SIMULATOR, Estimate, PassTimes, bubble_fraction, bubble_ratio, bubble_time, closed_form, estimate,
-    m_problem, next_valid_m, peak_activation_memory, previous_valid_m, profile_for,
-    simulated,
-)
+from zbsearch.plan.closed_forms import (CLOSED_FORM, SIMULATOR, Estimate, PassTimes, bubble_fraction,
+    bubble_ratio, bubble_time, closed_form, estimate, m_problem, next_valid_m, peak_activation_memory,
+    previous_valid_m, profile_for, simulated)
 from zbsearch.plan.microbatches import TargetM, below, microbatches_for_target, min_microbatches
 from zbsearch.plan.planner import PlanRow, microbatches_from_batch, plan, recommend
 from zbsearch.cli.app import app

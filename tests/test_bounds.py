@@ -10,8 +10,8 @@ import pytest
 
 import itertools
 
-from zbsearch.search.bounds import lower_bound, most_that_fits, rank_bounds
-from zbsearch.search.problem import make_problem
+from zbsearch.search.bounds.analytic import lower_bound, most_that_fits, rank_bounds
+from zbsearch.search.problem import Problem, make_problem
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
@@ -26,7 +26,7 @@ def test_uniform_makespan_bound_is_the_known_optimum():
     # With memory to spare, the last rank can be busy from its head on: (p-1)(F+c) + m(F+B+W) = 74.
     # But rank 0 ends only after the last gradient has come back to it, (p-1)(B+c), and its weight
     # pass: with the last rank's forwards and backwards, m(F+B), in between, that is 75, the optimum
-    # CP-SAT proves when told none of these bounds (the nesting of window_nesting.py).
+    # CP-SAT proves when told none of these bounds (the nesting of bounds/window_nesting.py).
     prof = uniform_profile(3, 2, 1, 0.5, p=5, m=10)
     assert lower_bound(make_problem(prof, "2p", "makespan")) == pytest.approx(4 * 3.5 + 10 * 5 + 4 * 2.5 + 1)
 
@@ -78,7 +78,7 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
     # p=2, F=B=W=1, no comm, limit one microbatch (mem_B 1, mem_W 0.5). On rank 0 a microbatch holds
     # 0.5 from F start to B end (F, F, B, B: 4) and 0.5 to W end (5): 4.5 per microbatch, x4 / 1 = 18.
     # Only one microbatch fits at a time, so the real optimum is 4 x 5 = 20; the bound must not pass it.
-    # The rank on its own (rank_sequence.py) sees that one at a time is all memory allows: 20, exactly.
+    # The rank on its own (bounds/rank_sequence.py) sees that one at a time is all memory allows: 20, exactly.
     prof = uniform_profile(1, 1, 1, p=2, m=4)
     problem = make_problem(prof, "0.5p", "span")
     rb = rank_bounds(problem, problem.passes)
@@ -86,7 +86,7 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
     assert rb[0].memory_time > rb[0].work + rb[0].start_idle  # 18, above work + idle (12 + 2)
     assert rb[0].sequence == pytest.approx(20.0)
     assert rb[0].span == pytest.approx(20.0)
-    from zbsearch.search.solve import one_at_a_time
+    from zbsearch.search.solve.starts import one_at_a_time
 
     assert simulate(one_at_a_time(problem), prof).span == pytest.approx(20.0)
 
@@ -97,7 +97,7 @@ def test_memory_time_is_the_round_trip_of_every_microbatch_over_the_limit():
 def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement):
     """The bound against every valid heuristic on the placement (handcrafted and greedy), with the
     tight limits where the memory-time bound binds."""
-    from zbsearch.search.heuristics import candidates
+    from zbsearch.search.greedy.candidates import candidates
 
     rng = random.Random(100 + seed)
     p, m = rng.randint(2, 4), rng.randint(2, 8)
@@ -105,7 +105,7 @@ def test_bound_never_exceeds_a_heuristic_on_any_placement(seed, limit, placement
     for objective in ("makespan", "span"):
         problem = make_problem(prof, limit, objective, placement)
         bound = lower_bound(problem)
-        found = candidates(prof, m, problem.limit, objective, placements=[problem.placement], same_placement=True)
+        found = candidates(Problem(prof, problem.placement, m, problem.limit, objective), same_placement=True)
         for name, _, tl in found:
             cost = tl.makespan if objective == "makespan" else tl.span
             assert cost >= bound - 1e-9, f"{name} beats the 'lower bound'"
@@ -130,8 +130,8 @@ def test_start_and_end_idle_on_a_v_shape_middle_rank():
 def _v_with_a_head(limit: str | None, objective: str, m: int = 4):
     """A V-shape on 2 ranks whose rank 0 holds a cheap first chunk (an embedding) and the heaviest, last
     one (a head): chunk times 1, 4, 4 and 8 (F = B = W), one layer each, no hops."""
-    from zbsearch.search.partition_search import SplitRequest, SplitSearch
-    from zbsearch.search.problem import parse_placement
+    from zbsearch.search.partition.search import SplitRequest, SplitSearch
+    from zbsearch.core.placement import parse_placement
 
     gib = 2**30
     layers = [{"name": name, "kind": kind, "F": t, "B": t, "W": t, "mem_B": gib, "mem_W": gib / 2,
@@ -161,7 +161,7 @@ def test_start_idle_counts_only_the_forwards_that_have_arrived():
 def test_the_arrival_bound_stays_below_the_optimum(monkeypatch, limit, objective):
     """The V with a head, where the start idle binds: CP-SAT, told nothing by the analytic bounds,
     proves the optimum; the bound must not exceed it."""
-    from zbsearch.search.solve import solve
+    from zbsearch.search.solve.driver import solve
 
     problem = _v_with_a_head(limit, objective)
     bound = lower_bound(problem)
@@ -178,11 +178,11 @@ def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed,
     on a V over 2 ranks: CP-SAT, told nothing by the analytic bounds, proves each split's optimum; the
     split's analytic bound and the split walk's cheap bound must not exceed it."""
     from zbsearch.core.errors import InfeasibleError
-    from zbsearch.search.partition_search import SplitRequest, SplitSearch
-    from zbsearch.search.problem import parse_placement
-    from zbsearch.search.solve import solve
-    from zbsearch.search.split_bounds import split_bound
-    from zbsearch.search.split_enumerate import bound_input
+    from zbsearch.search.partition.search import SplitRequest, SplitSearch
+    from zbsearch.core.placement import parse_placement
+    from zbsearch.search.solve.driver import solve
+    from zbsearch.search.partition.bounds import split_bound
+    from zbsearch.search.partition.enumerate import bound_input
 
     rng, gib, n, m = random.Random(500 + seed), 2**30, 5, 3
     times = [1] + [rng.randint(2, 4) for _ in range(n - 2)] + [rng.randint(6, 9)]
@@ -225,7 +225,7 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
     """Chunked placements at tight limits, where the start, round-trip and end idle bind: CP-SAT, told
     nothing by the analytic bounds (they are replaced by zeros in the model and the stopping rule),
     proves the optimum of integer-time instances; the real bound must not exceed it."""
-    from zbsearch.search.solve import solve
+    from zbsearch.search.solve.driver import solve
 
     rng = random.Random(300 + seed)
     p, m = rng.choice([2, 3]), rng.choice([2, 3, 4])

@@ -15,11 +15,12 @@ from zbsearch.core.errors import ProfileError, ScheduleError
 from zbsearch.core.ir import Action, Kind, build, linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.partition import partition_profile
-from zbsearch.core.profile import Profile, StageCost, uniform_profile
-from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
-from zbsearch.search.relaxations import bound_passes, fusion_saves
+from zbsearch.core.profile import Profile, uniform_profile
+from zbsearch.core.stage_cost import StageCost
+from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
+from zbsearch.search.bounds.relaxations import bound_passes, fusion_saves
 from zbsearch.search.problem import Problem, make_problem
-from zbsearch.search.solve import solve
+from zbsearch.search.solve.driver import solve
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import memory_problems
 
@@ -156,8 +157,8 @@ def test_bounds_stay_below_the_brute_force_optimum_with_overheads(overhead, save
     assert lower_bound(problem) <= optimum + 1e-9
     result = solve(problem, time_limit=10)
     assert result.lower_bound <= optimum + 1e-9 <= result.objective + 2e-9
-    if fusion_saves(problem):
-        assert result.details["cpsat_bound"].startswith("not used")
+    if fusion_saves(problem.chunk_costs):
+        assert result.details.cpsat_bound is not None and result.details.cpsat_bound.startswith("not used")
 
 
 def test_the_split_passes_alone_would_bound_above_a_fused_schedule() -> None:
@@ -176,7 +177,7 @@ def test_the_split_passes_alone_would_bound_above_a_fused_schedule() -> None:
 
 def test_the_overhead_fit_inverts_the_simulator() -> None:
     pytest.importorskip("torch")
-    from zbsearch.interop.calibrate import fit_overhead
+    from zbsearch.interop.run.calibrate import fit_overhead
     from zbsearch.schedules import generate
 
     schedule = generate("zb-h1", 2, 8)

@@ -18,14 +18,15 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.cli.console import progress_bar, stdout_console
-from zbsearch.cli.options import load_problem, naming, naming_subjects, parse_limit
-from zbsearch.cli.params import count_list_parser, parse_figure_formats, parse_microbatch_list, parse_stages, parse_uniform_times
+from zbsearch.cli.options import load_cli_profile, naming, naming_subjects, parse_limit
+from zbsearch.cli.params import (count_list_parser, parse_figure_formats, parse_microbatch_list, parse_stages,
+    parse_uniform_times)
 from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError, RunError, ScheduleError
 from zbsearch.core.ir import Action, Kind
 from zbsearch.core.profile import profile_schema, uniform_profile
 from zbsearch.report.render import fitted_label, gantt_cells, search_status
 from zbsearch.schedules import REGISTRY, generate
-from zbsearch.search.solve import Progress
+from zbsearch.search.solve.driver import Progress
 from zbsearch.sim.simulate import simulate
 
 runner = CliRunner()
@@ -522,26 +523,26 @@ def test_show_needs_a_profile(schedule_file):
 
 # -- the helpers other commands reuse -----------------------------------------------------------
 
-def test_load_problem_uniform_defaults():
-    prof = load_problem(None, "1,1,1", 4, None)
+def test_load_cli_profile_uniform_defaults():
+    prof = load_cli_profile(None, "1,1,1", 4, None)
     assert (prof.num_stages, prof.microbatches, prof.name) == (4, 8, "uniform F=1 B=1 W=1 comm=0 p=4")
-    prof = load_problem(None, parse_uniform_times("1,1,1"), None, None, default_p=3, default_m=5)
+    prof = load_cli_profile(None, parse_uniform_times("1,1,1"), None, None, default_p=3, default_m=5)
     assert (prof.num_stages, prof.microbatches) == (3, 5)
-    prof = load_problem(None, "1,2,1,0.5", 2, 4, "2,1")
+    prof = load_cli_profile(None, "1,2,1,0.5", 2, 4, "2,1")
     assert (prof.stages[0].mem_B, prof.stages[0].mem_W, prof.comm[0]) == (2.0, 1.0, 0.5)
 
 
-def test_load_problem_profile(profile_file):
-    assert load_problem(profile_file, None, None, None).microbatches == 6
-    assert load_problem(profile_file, None, 4, 12).microbatches == 12
+def test_load_cli_profile_profile(profile_file):
+    assert load_cli_profile(profile_file, None, None, None).microbatches == 6
+    assert load_cli_profile(profile_file, None, 4, 12).microbatches == 12
     with pytest.raises(ProfileError) as info:
-        load_problem(profile_file, None, 2, None)
+        load_cli_profile(profile_file, None, 2, None)
     assert str(info.value) == (f"-p 2 does not match profile {str(profile_file)!r}, which has 4 stages: "
                                "drop -p or use -p 4")
 
 
 def test_parse_limit_names_the_profile_file(profile_file):
-    problem = load_problem(profile_file, None, None, None)
+    problem = load_cli_profile(profile_file, None, None, None)
     assert parse_limit(None, problem) is None
     assert parse_limit("2p", problem).per_rank == (8.0,) * 4
     with pytest.raises(MemoryLimitError) as info:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.plan import compare as cmp
+from zbsearch.studies import compare as cmp
 from zbsearch.cli.app import app
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY

@@ -1,4 +1,4 @@
-"""search/cpsat.py: the CP-SAT model's variables and constraint families, its memory constraint, its
+"""search/exact/cpsat.py: the CP-SAT model's variables and constraint families, its memory constraint, its
 hint, and tiny models whose optimum is known by hand.
 
 The tiny cases, p=2, m=2, F = B = W = 1, no communication:
@@ -20,10 +20,10 @@ from zbsearch.core.memory import MemoryLimit
 from zbsearch.search.problem import Problem, make_problem, on_grid
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
-from zbsearch.search import cpsat
-from zbsearch.search.cpsat import (add_dependencies, add_hint, add_intervals, add_memory, add_one_pass_at_a_time,
-                                   add_symmetry_breaking, build_model, choose_step, memory_scale,
-                                   orders_from_starts, solve_grid)
+from zbsearch.search.exact import cpsat
+from zbsearch.search.exact.cpsat import (add_dependencies, add_hint, add_intervals, add_memory,
+    add_one_pass_at_a_time, add_symmetry_breaking, build_model, choose_step, memory_scale, orders_from_starts,
+    solve_grid)
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 

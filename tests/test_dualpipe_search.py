@@ -20,11 +20,12 @@ from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.plan.closed_forms import closed_form, profile_for
 from zbsearch.schedules import generate
 from zbsearch.schedules.spec import PassTimes
-from zbsearch.search import heuristics as H
-from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
-from zbsearch.search.relaxations import overlap_relaxation
-from zbsearch.search.problem import Problem, make_problem, make_problems, parse_placement
-from zbsearch.search.solve import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS, solve
+from zbsearch.search.greedy import candidates as H
+from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
+from zbsearch.search.bounds.relaxations import overlap_relaxation
+from zbsearch.core.placement import parse_placement
+from zbsearch.search.problem import Problem, make_problem, make_problems
+from zbsearch.search.solve.driver import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS, solve
 from zbsearch.sim.summary import summarize
 from zbsearch.sim.validate import check, validate
 
@@ -154,9 +155,10 @@ def test_every_greedy_variant_on_two_routes_validates_or_is_refused(limit: str) 
     stages = [{"F": 1 + 0.1 * s, "B": 2, "W": 1, "mem_B": 1.0, "mem_W": 0.5} for s in range(4)]
     prof = stages_profile(stages, 8, comm=0.1)
     mem = parse_mem_limit(limit, prof)
+    problem = Problem(prof, dualpipe(4), 8, mem)
     for opt in H.greedy_variants(dualpipe(4)):
         try:
-            sched = H.greedy(prof, 8, mem, placement=dualpipe(4), options=opt)
+            sched = H.greedy(problem, opt)
         except InfeasibleError:
             # Rank-by-rank admission can deadlock two opposite routes; admitting by route never does.
             assert not opt.by_route, opt.label
@@ -235,7 +237,7 @@ def test_pairs_are_a_choice_only_where_the_profile_gives_their_time() -> None:
     assert any(o.pairs for o in H.greedy_variants(dualpipe(4), pairs=True))
     prof = stages_profile([{"F": 1, "B": 1, "W": 1, "overlap_f_b": 2.25}] * 4, 8)
     mem = parse_mem_limit("2p", prof)
-    found = {name: tl.makespan for name, _, tl in H.candidates(prof, 8, mem, "makespan", placements=[dualpipe(4)],
+    found = {name: tl.makespan for name, _, tl in H.candidates(Problem(prof, dualpipe(4), 8, mem, "makespan"),
                                                                same_placement=True)}
     paired = {n: t for n, t in found.items() if "f&b-pairs" in n}
     assert paired and min(paired.values()) < min(t for n, t in found.items() if n.startswith("greedy") and n not in paired)
@@ -246,7 +248,7 @@ def test_pairs_are_a_choice_only_where_the_profile_gives_their_time() -> None:
     # The bound is the passes' at their shortest (0.75 of their time here), never CP-SAT's pairless one.
     relaxed = objective_bound(rank_bounds(problem, overlap_relaxation(problem)), "makespan")
     assert result.lower_bound == pytest.approx(relaxed) and relaxed < 25.0
-    assert "not used" in result.details["cpsat_bound"]
+    assert "not used" in result.details.cpsat_bound
 
 
 # -- Chimera ---------------------------------------------------------------------------------------
@@ -272,9 +274,9 @@ def test_chimera_refuses_what_it_cannot_run_and_joins_the_dualpipe_candidates() 
     with pytest.raises(PreconditionError, match=r"^chimera needs m a multiple of p \(whole basic units"):
         generate("chimera", 4, 6)
     prof = uniform_profile(2, 1, 1, p=4, m=8)
-    names = [n for n, _, _ in H.candidates(prof, 8, parse_mem_limit("1p", prof), "makespan",
-                                           placements=[dualpipe(4)], same_placement=True)]
+    names = [n for n, _, _ in H.candidates(Problem(prof, dualpipe(4), 8, parse_mem_limit("1p", prof), "makespan"),
+                                           same_placement=True)]
     assert "chimera" in names and "dualpipe" not in names      # 1p holds Chimera's p, not DualPipe's p+1
     assert all(n.endswith("@dualpipe") for n in names if n.startswith("greedy"))
-    assert not any(n == "chimera" for n, _, _ in H.candidates(prof, 8, parse_mem_limit("1p", prof), "makespan",
-                                                              placements=[linear(4)], same_placement=True))
+    on_linear = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "makespan")
+    assert not any(n == "chimera" for n, _, _ in H.candidates(on_linear, same_placement=True))

@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.core.errors import ScheduleError, ZbsearchError
-from zbsearch.interop.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
+from zbsearch.interop.formats.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
 from zbsearch.core.ir import Action, Schedule, build, interleaved, linear, vshape
 from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY, generate
 from zbsearch.sim.simulate import simulate
-from zbsearch.search.solve import solve
-from zbsearch.interop.torch_import import from_rows, import_torch_csv, infer_placement, parse_torch_csv
+from zbsearch.search.solve.driver import solve
+from zbsearch.interop.formats.torch_import import from_rows, import_torch_csv, infer_placement, parse_torch_csv
 from zbsearch.sim.validate import validate
 
 runner = CliRunner()
@@ -92,8 +92,9 @@ def torch_runtime(path: Path, schedule: Schedule, format: str = "compute_only"):
     return runtime
 
 
-def dry_run(lowered: dict, stage_to_rank: dict, num_stages: int):
-    """torch's unit-time dry run of a lowered order; it refuses bookkeeping actions and overlap pairs,
+def dry_run(lowered: dict, stage_to_rank: dict, num_stages: int) -> None:
+    """torch's unit-time dry run of a lowered order, checked: it raises on a deadlock, and a run that
+    returns has run every action of each rank in order. It refuses bookkeeping actions and overlap pairs,
     so those are stripped and pairs expanded into their two passes."""
     from torch.distributed.pipelining.schedules import (
         OVERLAP_F_B, REDUCE_GRAD, RESHARD, UNSHARD, _simulate_comms_compute,
@@ -107,7 +108,9 @@ def dry_run(lowered: dict, stage_to_rank: dict, num_stages: int):
                 continue
             flat.extend(a.sub_actions if a.computation_type == OVERLAP_F_B else (a,))
         order[rank] = flat
-    return _simulate_comms_compute(order, lambda s: stage_to_rank[s], num_stages)
+    simulated = _simulate_comms_compute(order, lambda s: stage_to_rank[s], num_stages)
+    for rank, actions in order.items():
+        assert [a for a in simulated[rank] if a is not None] == actions, f"rank {rank} did not run its order"
 
 
 # -- the compute-only CSV ---------------------------------------------------------------------------
@@ -314,9 +317,12 @@ def test_plan_json_is_a_schedule_with_planned_times() -> None:
         assert [(i["action"], i["start"], i["end"]) for i in rank] == [(str(s.action), s.start, s.end) for s in slots]
 
 
-def test_chrome_trace_is_json_serialisable_for_every_schedule() -> None:
+def test_chrome_trace_is_json_with_one_event_per_pass_for_every_schedule() -> None:
     for schedule in SCHEDULES:
-        json.dumps(chrome_trace(simulate(schedule, uniform_profile(1, 1, 1, p=schedule.num_ranks, m=schedule.num_microbatches))))
+        trace = chrome_trace(simulate(schedule, uniform_profile(1, 1, 1, p=schedule.num_ranks, m=schedule.num_microbatches)))
+        assert json.loads(json.dumps(trace)) == trace
+        spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        assert len(spans) == sum(len(a.passes()) for rank in schedule.ranks for a in rank), schedule.name
 
 
 # -- the command line -------------------------------------------------------------------------------
@@ -412,7 +418,7 @@ def test_torch_lowering_rejects_the_deadlock_we_refuse(tmp_path: Path) -> None:
 ])
 @pytest.mark.parametrize("p, m", [(2, 4), (4, 8)])
 def test_torch_builtin_orders_import_validate_and_simulate(name: str, placement: str, p: int, m: int, tmp_path: Path) -> None:
-    from zbsearch.interop.torch_import import torch_builtin
+    from zbsearch.interop.formats.torch_import import torch_builtin
 
     schedule = torch_builtin(name, p, m)
     assert schedule.placement.name == placement
@@ -424,7 +430,7 @@ def test_torch_builtin_orders_import_validate_and_simulate(name: str, placement:
 
 @pytest.mark.torch
 def test_torch_1f1b_dump_bug_is_reported() -> None:
-    from zbsearch.interop.torch_import import torch_builtin
+    from zbsearch.interop.formats.torch_import import torch_builtin
 
     with pytest.raises(ScheduleError, match="microbatch 8"):
         torch_builtin("1F1B", 4, 8)

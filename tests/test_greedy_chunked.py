@@ -1,5 +1,5 @@
-"""The greedy family on the chunked placements (search/greedy_vshape.py, greedy_chunked.py,
-greedy_memory.py): valid under every limit, timed as the simulator times it, and on the V at least as
+"""The greedy family on the chunked placements (search/greedy/vshape.py, greedy/chunked.py,
+greedy/memory.py): valid under every limit, timed as the simulator times it, and on the V at least as
 good as the Zero Bubble authors' hand-built ZB-V on their own profiles (Qi et al., ICLR 2024,
 arXiv 2401.10241: profiles/zb-paper-*.json)."""
 
@@ -15,10 +15,11 @@ from zbsearch.core.ir import interleaved, linear, vshape
 from zbsearch.core.memory import MemoryLimit, parse_mem_limit
 from zbsearch.core.profile import Profile, load_profile, uniform_profile
 from zbsearch.schedules import generate
-from zbsearch.search import heuristics as H
-from zbsearch.search.greedy_chunked import ChunkedOptions, chunked_variants
-from zbsearch.search.greedy_memory import inflight_caps
-from zbsearch.search.greedy_vshape import VOptions, is_vshape, run_v
+from zbsearch.search.greedy import candidates as H
+from zbsearch.search.greedy.chunked import ChunkedOptions, chunked_variants
+from zbsearch.search.greedy.memory import inflight_caps
+from zbsearch.search.greedy.vshape import VOptions, is_vshape, run_v
+from zbsearch.search.problem import Problem
 from zbsearch.sim.rank_state import ChunkProgress
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
@@ -52,11 +53,12 @@ def test_every_variant_is_valid_and_timed_as_the_simulator_times_it(seed: int, f
     p, m = profile.num_stages, profile.microbatches
     placement = vshape(p) if placement_name == "v" else interleaved(p, 2)
     limit = _limit(profile, factor)
+    problem = Problem(profile, placement, m, limit)
     variants = chunked_variants(placement)
     assert variants
     for opt in variants:
-        res = H._engine(profile, m, limit, placement, opt)
-        sched = H._schedule(res, placement, m, limit, opt)
+        res = H.run_engine(problem, opt)
+        sched = H.engine_schedule(res, problem, opt)
         tl = validate(sched, profile, limit)
         assert res.cost("span") == tl.span and res.cost("makespan") == tl.makespan, opt.label
         assert res.peak == pytest.approx([tl.peak_memory(r) for r in range(p)], rel=1e-12)
@@ -73,7 +75,7 @@ def test_the_family_is_registered_for_the_chunked_placements_only() -> None:
     assert is_vshape(vshape(3)) and not is_vshape(interleaved(3, 2))
     profile = uniform_profile(1, 1, 1, p=4, m=8)
     with pytest.raises(PreconditionError, match="V-shape placement, not 'interleaved'"):
-        run_v(profile, 8, parse_mem_limit("1p", profile), interleaved(4, 2), VOptions())
+        run_v(Problem(profile, interleaved(4, 2), 8, parse_mem_limit("1p", profile)), VOptions())
 
 
 @pytest.mark.parametrize("model,m", [("6.2b", 24), ("1.5b", 24), ("14.6b", 48)])
@@ -84,14 +86,14 @@ def test_the_v_start_beats_zb_v_on_the_papers_profiles_at_1p(model: str, m: int)
     p = profile.num_stages
     limit = parse_mem_limit("1p", profile)
     zbv = simulate(generate("zb-v", p, m), profile).span
-    name, _, tl = H.best(profile, m, limit, "span", handcrafted=False, placements=[vshape(p)])
+    name, _, tl = H.best(Problem(profile, vshape(p), m, limit, "span"), handcrafted=False)
     assert tl.span < zbv * (1 - 1e-3), (name, tl.span, zbv)
 
 
 def test_uniform_stages_reach_zb_v_s_zero_bubble() -> None:
     # F = B = W, no communication, m >= 2p - 1: ZB-V's span bubble is 0; the v-rounds engine gets there.
     profile = uniform_profile(2, 2, 2, p=4, m=12)
-    res = run_v(profile, 12, parse_mem_limit("1p", profile), vshape(4), VOptions())
+    res = run_v(Problem(profile, vshape(4), 12, parse_mem_limit("1p", profile)), VOptions())
     assert res.cost("span") == pytest.approx(12 * 6)
 
 
@@ -101,7 +103,7 @@ def test_a_tight_limit_leaves_room_for_the_oldest_microbatch() -> None:
     profile = uniform_profile(3, 3, 2, 0.1, p=6, m=18)
     limit = parse_mem_limit("0.5p", profile)
     for opt in (VOptions(safe_admit=True), VOptions(warmup=1.5), ChunkedOptions(b_first=False, w_defer=0, warmup=1.5)):
-        validate(H.greedy(profile, 18, limit, placement=vshape(6), options=opt), profile, limit)
+        validate(H.greedy(Problem(profile, vshape(6), 18, limit), opt), profile, limit)
 
 
 def test_inflight_caps_are_the_round_trip_over_the_busiest_rank() -> None:

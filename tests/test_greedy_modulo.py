@@ -1,4 +1,4 @@
-"""The periodic start (greedy_modulo.py): its orders are complete and never deadlock, whatever the
+"""The periodic start (greedy/modulo.py): its orders are complete and never deadlock, whatever the
 period; under a tight byte cap on a V-shape it beats every other heuristic start."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.search.greedy_modulo import _evaluate, _held_on_ring, _Ring, best_periodic, periodic_schedule
+from zbsearch.search.greedy.modulo import _evaluate, _held_on_ring, _Ring, best_periodic, periodic_schedule
 from zbsearch.search.problem import make_problem
 from zbsearch.sim.validate import check
 
@@ -72,23 +72,22 @@ def test_periodic_start_wins_on_a_tight_v_split() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from partition_study import study_profile
 
-    from zbsearch.search.partition_search import SplitRequest, SplitSearch
-    from zbsearch.search.problem import parse_placement
-    from zbsearch.search.solve import heuristic_start
-    from zbsearch.search.starts import periodic_applies, periodic_start
+    from zbsearch.search.partition.search import SplitRequest, SplitSearch
+    from zbsearch.core.placement import parse_placement
+    from zbsearch.search.solve.starts import heuristic_start, periodic_applies, periodic_start
 
     prof = study_profile("deepseek-v2-lite", 8)
     search = SplitSearch(SplitRequest(prof, 8, ("v",), "42GiB", "makespan"), time.monotonic() + 600)
     problem = search.problem(parse_placement("v", 8), (3, 2, 2, 2, 2, 2, 2, 1, 2, 1, 2, 2, 2, 2, 1, 1))
     assert periodic_applies(problem)
-    name, schedule, tl = heuristic_start(problem)
-    details: dict = {}
-    start = periodic_start(problem, (name, schedule, tl, tl.makespan), time.monotonic() + 60, details)
-    assert details["periodic_start"]["from"] == name
-    assert start[3] < 0.95 * tl.makespan
-    assert check(start[1], problem.profile, problem.limit).ok
+    first = heuristic_start(problem)
+    tl = first.timeline
+    start, info = periodic_start(problem, first, time.monotonic() + 60)
+    assert info is not None and info["from"] == first.name
+    assert start.objective < 0.95 * tl.makespan
+    assert check(start.schedule, problem.profile, problem.limit).ok
     found = best_periodic(problem, time.monotonic() + 60)
-    assert found is not None and found[1] == pytest.approx(start[3])
+    assert found is not None and found[1] == pytest.approx(start.objective)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -118,9 +117,10 @@ def test_a_rank_over_the_cap_is_throttled_instead_of_the_period_raised() -> None
     sys.path.insert(0, str(ROOT / "bench"))
     from partition_study import study_profile
 
-    from zbsearch.search.partition_search import SplitRequest, SplitSearch
-    from zbsearch.search.problem import parse_placement
-    from zbsearch.search.solve import heuristic_start, objective_of
+    from zbsearch.search.partition.search import SplitRequest, SplitSearch
+    from zbsearch.core.placement import parse_placement
+    from zbsearch.core.objective import Objective
+    from zbsearch.search.solve.starts import heuristic_start
     from zbsearch.sim.simulate import simulate
 
     prof = study_profile("gpt3-2.7b", 8)
@@ -137,5 +137,5 @@ def test_a_rank_over_the_cap_is_throttled_instead_of_the_period_raised() -> None
     found = _evaluate(problem, period, True)
     assert found is not None and check(found[1], problem.profile, problem.limit).ok
     best = best_periodic(problem, time.monotonic() + 60)
-    _, _, start = heuristic_start(problem)
-    assert best is not None and best[1] < 0.95 * objective_of(start, "makespan")
+    start = heuristic_start(problem).timeline
+    assert best is not None and best[1] < 0.95 * Objective.MAKESPAN.of(start)

@@ -1,4 +1,4 @@
-"""The per-rank tuned list greedy (zbsearch/search/greedy_tune.py)."""
+"""The per-rank tuned list greedy (zbsearch/search/greedy/tune.py)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import random
 
 import pytest
 
+from zbsearch.search.budget import Budget
 from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit as parse_limit
 from zbsearch.core.profile import Profile
-from zbsearch.search import heuristics
-from zbsearch.search.greedy_list import ListEngine
-from zbsearch.search.greedy_options import GreedyOptions, RankPolicy
-from zbsearch.search.greedy_tune import neighbours, tune, uniform_starts
-from zbsearch.search.problem import make_problem
-from zbsearch.search import solve as solve_module
-from zbsearch.search.solve import solve
+from zbsearch.search.greedy import candidates as heuristics
+from zbsearch.search.greedy.list_engine import ListEngine
+from zbsearch.search.greedy.options import GreedyOptions, RankPolicy
+from zbsearch.search.greedy.tune import neighbours, tune, uniform_starts
+from zbsearch.search.problem import Problem, make_problem
+from zbsearch.search.solve.driver import solve
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check
 
@@ -55,8 +55,9 @@ def test_uniform_per_rank_policies_are_the_plain_variant(options):
     limit = parse_limit("1p", prof)
     pl = linear(5)
     ranks = tuple(options.policy(r, r, 5) for r in range(5))
-    plain = ListEngine(prof, 12, limit, pl, options).run()
-    per_rank = ListEngine(prof, 12, limit, pl, GreedyOptions("list", ranks=ranks)).run()
+    problem = Problem(prof, pl, 12, limit)
+    plain = ListEngine(problem, options).run()
+    per_rank = ListEngine(problem, GreedyOptions("list", ranks=ranks)).run()
     assert per_rank.order == plain.order
 
 
@@ -75,13 +76,13 @@ def test_tuned_start_beats_every_heuristic_on_a_memory_bound_pipeline():
     12,522; tuning each rank's policy finds a shorter schedule, and it is valid as the engine says."""
     prof = hetero_12()
     limit = parse_limit("0.75p", prof)
-    (_, _, best_tl), = heuristics.candidates(prof, 25, limit, "span", placements=[linear(8)], top=1,
-                                             same_placement=True)
+    problem = Problem(prof, linear(8), 25, limit, "span")
+    (_, _, best_tl), = heuristics.candidates(problem, top=1, same_placement=True)
     assert best_tl.span == 12522
-    tuned = tune(prof, 25, limit, linear(8), "span", max_evaluations=420)
+    tuned = tune(problem, max_evaluations=420)
     assert tuned is not None
     assert tuned.cost < 0.98 * best_tl.span
-    schedule = heuristics._schedule(tuned.result, linear(8), 25, limit, tuned.options)
+    schedule = heuristics.engine_schedule(tuned.result, problem, tuned.options)
     report = check(schedule, prof, limit)
     assert report.ok, report.problems[:2]
     assert report.timeline.span == pytest.approx(tuned.cost)
@@ -93,23 +94,24 @@ def test_tuned_start_beats_every_heuristic_on_a_memory_bound_pipeline():
 def test_tuning_is_deterministic_and_never_worse_than_its_starts(seed):
     prof = random_profile(seed, 4, 10)
     limit = parse_limit("1p", prof)
-    first = tune(prof, 10, limit, linear(4), "makespan", max_evaluations=150, seed=seed)
-    again = tune(prof, 10, limit, linear(4), "makespan", max_evaluations=150, seed=seed)
+    problem = Problem(prof, linear(4), 10, limit, "makespan")
+    first = tune(problem, max_evaluations=150, seed=seed)
+    again = tune(problem, max_evaluations=150, seed=seed)
     assert first is not None and again is not None
     assert first.options == again.options and first.cost == again.cost
-    starts = [ListEngine(prof, 10, limit, linear(4), o).run().cost("makespan")
+    starts = [ListEngine(problem, o).run().cost("makespan")
               for o in uniform_starts(linear(4), GreedyOptions("list"))]
     assert first.cost <= min(starts)
-    assert simulate(heuristics._schedule(first.result, linear(4), 10, limit, first.options), prof).makespan \
+    assert simulate(heuristics.engine_schedule(first.result, problem, first.options), prof).makespan \
         == pytest.approx(first.cost)
 
 
-def test_solve_starts_from_the_tuned_greedy(monkeypatch):
-    monkeypatch.setattr(solve_module, "TUNE_SHARE", 0.5)  # a second or two: time-bounded, so a busy machine finds less
+def test_solve_starts_from_the_tuned_greedy():
+    # Half the time to the tuning, a second or two: time-bounded, so a busy machine finds less.
     prof = hetero_12()
     problem = make_problem(prof, "0.75p", "span")
-    result = solve(problem, time_limit=4, workers=1)
-    assert "tuned_start" in result.details
+    result = solve(problem, time_limit=4, workers=1, budget=Budget(tune_share=0.5))
+    assert result.details.tuned_start is not None
     assert result.start_heuristic.startswith("greedy(list,per-rank")
     assert result.heuristic_objective < 12522
     assert result.objective <= result.heuristic_objective

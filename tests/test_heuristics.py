@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from zbsearch.search import heuristics as H
+from zbsearch.search.greedy import candidates as H
 from zbsearch.core.errors import InfeasibleError, PreconditionError, ProfileError
 from zbsearch.core.ir import dualpipe, interleaved, linear, vshape
-from zbsearch.core.memory import MemoryLimit, parse_mem_limit
+from zbsearch.core.memory import MemoryLimit, min_feasible_limit, parse_mem_limit
+from zbsearch.core.objective import Objective
 from zbsearch.core.profile import Profile, load_profile, uniform_profile
+from zbsearch.search.problem import Problem
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 
@@ -74,7 +76,7 @@ def test_every_variant_validates_under_its_limit(name: str, profile: Profile, m:
     chunked = factor in (0.5, 1.0, 2.0)     # keeps the fast suite fast; the engine is the same
     for placement_name, opt in _variants(chunked):
         placement = _placement(placement_name, profile.num_stages)
-        sched = H.greedy(profile, m, limit, placement=placement, options=opt)
+        sched = H.greedy(Problem(profile, placement, m, limit), opt)
         tl = validate(sched, profile, limit)            # raises on any problem
         assert sched.name == f"greedy({opt.label})"
         assert sched.meta["variant"] == dataclasses.asdict(opt)
@@ -91,9 +93,9 @@ def test_engine_timing_is_the_simulators(name: str, profile: Profile, m: int) ->
     # simulator's to the last bit, or best() could pick a worse schedule than candidates()[0].
     limit = _limit(profile, 1.0)
     for placement_name, opt in _variants():
-        placement = _placement(placement_name, profile.num_stages)
-        res = H._engine(profile, m, limit, placement, opt)
-        tl = simulate(H._schedule(res, placement, m, limit, opt), profile)
+        problem = Problem(profile, _placement(placement_name, profile.num_stages), m, limit)
+        res = H.run_engine(problem, opt)
+        tl = simulate(H.engine_schedule(res, problem, opt), profile)
         assert res.cost("span") == tl.span and res.cost("makespan") == tl.makespan
         assert res.peak == pytest.approx([tl.peak_memory(r) for r in range(profile.num_stages)], rel=1e-12)
 
@@ -102,8 +104,8 @@ def test_engine_timing_is_the_simulators(name: str, profile: Profile, m: int) ->
 @pytest.mark.parametrize("factor", (1.0, 2.0, 50.0))
 def test_quick_ranking_is_the_simulators(name: str, profile: Profile, m: int, factor: float) -> None:
     limit = _limit(profile, factor)
-    for hname, sched in H._handcrafted(profile.num_stages, m):
-        quick = H._quick(sched, profile, limit)
+    for hname, sched in H.handcrafted(profile.num_stages, m):
+        quick = H.quick_cost(sched, profile, limit)
         report = __import__("zbsearch.sim.validate", fromlist=["check"]).check(sched, profile, limit)
         assert (quick is not None) == report.ok, (hname, report.problems)
         if quick is not None:
@@ -118,16 +120,16 @@ def test_limit_below_one_microbatch_names_the_minimum(placement_name: str) -> No
     profile = _hetero(4, 8)
     placement = _placement(placement_name, 4)
     need = [profile.stage_mem_B(r) for r in range(4)]    # every chunk of one microbatch on each rank
-    assert H.min_limit(profile, placement) == pytest.approx(need)
+    assert min_feasible_limit(profile, placement) == pytest.approx(need)
     short = MemoryLimit("tight", tuple(x * (1 - 1e-6) if r == 1 else x for r, x in enumerate(need)))
     opt = H.GreedyOptions("list") if placement_name != "linear" else H.GreedyOptions()
     with pytest.raises(InfeasibleError, match=r"rank 1 .*minimum is 0\.25p"):
-        H.greedy(profile, 8, short, placement=placement, options=opt)
+        H.greedy(Problem(profile, placement, 8, short), opt)
     if placement_name == "linear":
         with pytest.raises(InfeasibleError, match=r"minimum is 0\.25p"):
-            H.best(profile, 8, short)
+            H.best(Problem(profile, placement, 8, short, "span"))
         with pytest.raises(InfeasibleError, match=r"minimum is 0\.25p"):
-            H.candidates(profile, 8, parse_mem_limit("0.2p", profile))
+            H.candidates(Problem(profile, placement, 8, parse_mem_limit("0.2p", profile), "span"))
 
 
 @pytest.mark.parametrize("name,profile,m", CASES, ids=[c[0] for c in CASES])
@@ -137,12 +139,12 @@ def test_exact_minimum_limit_is_met_not_exceeded(name: str, profile: Profile, m:
     limit = MemoryLimit("min", tuple(profile.stage_mem_B(r) for r in range(p)))
     for placement_name, opt in _variants():
         placement = _placement(placement_name, p)
-        tl = validate(H.greedy(profile, m, limit, placement=placement, options=opt), profile, limit)
+        tl = validate(H.greedy(Problem(profile, placement, m, limit), opt), profile, limit)
         for r in range(p):
             assert tl.peak_memory(r) <= limit.per_rank[r]
     # and "1/p p" typed by a user (a float that need not hit M_B exactly) is accepted too
     typed = parse_mem_limit(f"{1 / p!r}p", profile)
-    validate(H.best(profile, m, typed, handcrafted=False)[1], profile, typed)
+    validate(H.best(Problem(profile, linear(p), m, typed, "span"), handcrafted=False)[1], profile, typed)
 
 
 def test_integer_limits_are_filled_exactly() -> None:
@@ -151,7 +153,7 @@ def test_integer_limits_are_filled_exactly() -> None:
     for text in ("0.5p", "1p"):
         limit = parse_mem_limit(text, profile)
         for opt in H.greedy_variants():
-            tl = validate(H.greedy(profile, 24, limit, options=opt), profile, limit)
+            tl = validate(H.greedy(Problem(profile, linear(8), 24, limit), opt), profile, limit)
             assert max(tl.peak_memory(r) for r in range(8)) <= limit.per_rank[0]
 
 
@@ -161,16 +163,17 @@ def test_candidates_are_valid_sorted_and_best_agrees() -> None:
     profile = _hetero(4, 8)
     limit = parse_mem_limit("1p", profile)
     for objective in ("span", "makespan"):
-        found = H.candidates(profile, 8, limit, objective)
+        problem = Problem(profile, linear(4), 8, limit, objective)
+        found = H.candidates(problem)
         names = [n for n, _, _ in found]
         assert "1f1b" in names and "gpipe" not in names      # gpipe holds 8 microbatches > 4
         assert any(n.startswith("greedy(rounds") for n in names)
-        keys = [H._rank_key(tl, objective) for _, _, tl in found]
+        keys = [H.rank_key(tl, Objective.parse(objective)) for _, _, tl in found]
         assert keys == sorted(keys)
         for _, sched, _ in found:
             validate(sched, profile, limit)
-        name, sched, tl = H.best(profile, 8, limit, objective)
-        assert H._rank_key(tl, objective) == keys[0]
+        name, sched, tl = H.best(problem)
+        assert H.rank_key(tl, Objective.parse(objective)) == keys[0]
     # identical schedules from different variants appear once, the others named in meta
     aliased = [s for _, s, _ in found if s.meta.get("same_as")]
     assert aliased and len({(s.placement, s.ranks) for _, s, _ in found}) == len(found)
@@ -179,17 +182,19 @@ def test_candidates_are_valid_sorted_and_best_agrees() -> None:
 def test_best_is_never_worse_than_any_greedy_variant() -> None:
     profile = _hetero(5, 10)
     limit = parse_mem_limit("0.75p", profile)
-    _, _, tl = H.best(profile, 10, limit, "span")
+    problem = Problem(profile, linear(5), 10, limit, "span")
+    _, _, tl = H.best(problem)
     for opt in H.greedy_variants():
-        assert tl.span <= simulate(H.greedy(profile, 10, limit, options=opt), profile).span
+        assert tl.span <= simulate(H.greedy(problem, opt), profile).span
 
 
 def test_chunked_placements_and_top() -> None:
     profile = _hetero(4, 8)
     limit = parse_mem_limit("1p", profile)
-    found = H.candidates(profile, 8, limit, handcrafted=False, placements=[vshape(4), interleaved(4, 2)])
+    found = [c for placement in (vshape(4), interleaved(4, 2))
+             for c in H.candidates(Problem(profile, placement, 8, limit, "span"), handcrafted=False)]
     assert found and all(s.placement.name in ("v", "interleaved") for _, s, _ in found)
-    assert len(H.candidates(profile, 8, limit, top=2)) == 2
+    assert len(H.candidates(Problem(profile, linear(4), 8, limit, "span"), top=2)) == 2
 
 
 def test_a_bug_in_a_generator_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,7 +212,7 @@ def test_a_bug_in_a_generator_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schedules, "generate", broken)
     profile = uniform_profile(1, 1, 1, p=4, m=8)
     with pytest.raises(AttributeError, match="zb_h1"):
-        H.candidates(profile, 8, parse_mem_limit("2p", profile))
+        H.candidates(Problem(profile, linear(4), 8, parse_mem_limit("2p", profile), "span"))
 
 
 def test_a_bug_while_timing_a_handcrafted_schedule_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,14 +223,14 @@ def test_a_bug_while_timing_a_handcrafted_schedule_surfaces(monkeypatch: pytest.
     monkeypatch.setattr(H, "simulate", broken)
     profile = uniform_profile(1, 1, 1, p=4, m=8)
     with pytest.raises(KeyError):
-        H.candidates(profile, 8, parse_mem_limit("2p", profile))
+        H.candidates(Problem(profile, linear(4), 8, parse_mem_limit("2p", profile), "span"))
 
 
 @pytest.mark.parametrize("p,has_dualpipe", [(3, False), (4, True)])
 def test_generators_not_defined_for_p_m_are_left_out(p: int, has_dualpipe: bool) -> None:
     # DualPipe needs an even p: at p = 3 it is left out (not an error), the others are there.
     profile = uniform_profile(1, 1, 1, p=p, m=2 * p)
-    names = [n for n, _, _ in H.candidates(profile, 2 * p, parse_mem_limit("2p", profile))]
+    names = [n for n, _, _ in H.candidates(Problem(profile, linear(p), 2 * p, parse_mem_limit("2p", profile), "span"))]
     assert {"1f1b", "zb-h1", "zb-v"} <= set(names)
     assert ("dualpipe" in names) == has_dualpipe
 
@@ -234,22 +239,24 @@ def test_bad_arguments() -> None:
     profile = uniform_profile(1, 1, 1, p=4, m=8)
     limit = parse_mem_limit("1p", profile)
     with pytest.raises(PreconditionError, match="objective"):
-        H.candidates(profile, 8, limit, "throughput")        # type: ignore[arg-type]
+        Problem(profile, linear(4), 8, limit, "throughput")        # type: ignore[arg-type]
     with pytest.raises(PreconditionError, match="linear placement"):
-        H.greedy(profile, 8, limit, placement=vshape(4), options=H.GreedyOptions("rounds"))
+        H.greedy(Problem(profile, vshape(4), 8, limit), H.GreedyOptions("rounds"))
     with pytest.raises(PreconditionError, match="linear placement, not 'dualpipe'"):
-        H.greedy(profile, 8, limit, placement=dualpipe(4), options=H.GreedyOptions("rounds"))
-    with pytest.raises(PreconditionError, match="'linear' has 8 ranks but profile .* has 4 stages"):
-        H.greedy(profile, 8, limit, placement=linear(8))
+        H.greedy(Problem(profile, dualpipe(4), 8, limit), H.GreedyOptions("rounds"))
+    # A placement of another rank count is refused where the problem is made (Problem checks it).
+    with pytest.raises(ProfileError, match="has 4 stages but placement 'linear' has 8 ranks"):
+        H.greedy(Problem(profile, linear(8), 8, limit))
     with pytest.raises(ProfileError, match="microbatches m is 0"):
-        H.greedy(profile, 0, limit)
+        H.greedy(Problem(profile, linear(4), 0, limit))
 
 
 def test_uniform_makespan_reaches_the_known_optimum() -> None:
     # Uniform stages, m >= p, memory allowing: the optimum makespan is (p-1)F + m(F+B+W).
     profile = uniform_profile(10, 10, 10, p=8, m=24)
     for text in ("1p", "2p"):
-        _, _, tl = H.best(profile, 24, parse_mem_limit(text, profile), "makespan", handcrafted=False)
+        problem = Problem(profile, linear(8), 24, parse_mem_limit(text, profile), "makespan")
+        _, _, tl = H.best(problem, handcrafted=False)
         assert tl.makespan == 7 * 10 + 24 * 30
 
 
@@ -287,7 +294,8 @@ def _check_row(model: str, m: int, F: float, B: float, W: float, comm: float, zb
     profile = _paper_profile(model, m, F, B, W, comm)
     for text, published in (("1p", zb1p), ("2p", zb2p)):
         limit = parse_mem_limit(text, profile)
-        name, sched, tl = H.best(profile, m, limit, "span", handcrafted=handcrafted)
+        problem = Problem(profile, linear(profile.num_stages), m, limit, "span")
+        name, sched, tl = H.best(problem, handcrafted=handcrafted)
         assert tl.bubble_rate_span <= published + 1e-4, (model, m, text, name, tl.bubble_rate_span)
 
 

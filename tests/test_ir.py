@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zbsearch.core.errors import ScheduleError, ZbsearchError
-from zbsearch.core.ir import (
-    BW, Action, B, F, Kind, Placement, Schedule, W, build, dualpipe, interleaved, linear, overlap, vshape,
-)
+from zbsearch.core.ir import (BW, Action, B, F, Kind, Placement, Schedule, W, build, dualpipe, interleaved,
+    linear, overlap, vshape)
 
 # -- actions -----------------------------------------------------------------------------------
 

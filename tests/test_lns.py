@@ -10,10 +10,13 @@ import pytest
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.profile import Profile
-from zbsearch.search import lns
-from zbsearch.search.cpsat import choose_step
+from zbsearch.search.exact import lns
+from zbsearch.search.exact.cpsat import choose_step
 from zbsearch.search.problem import Problem, on_grid
-from zbsearch.search.solve import heuristic_start, one_at_a_time, solve, split_backward
+from zbsearch.search.budget import Budget
+from zbsearch.search.solve.driver import solve
+from zbsearch.search.solve.incumbent import with_backwards_split
+from zbsearch.search.solve.starts import heuristic_start, one_at_a_time
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check, validate
 
@@ -40,8 +43,7 @@ def _grid_incumbent(problem: Problem, schedule):
 @pytest.mark.parametrize("placement", [linear, vshape])
 def test_a_window_with_everything_fixed_gives_back_the_incumbent(placement):
     problem = _problem(4, 8, seed=3, limit="1p", placement=placement)
-    _, start, _ = heuristic_start(problem)
-    start = split_backward(start)
+    start = with_backwards_split(heuristic_start(problem).schedule)
     grid, grid_tl = _grid_incumbent(problem, start)
     everything_before = lns.Window(tuple(len(r) for r in grid_tl.slots), (0,) * problem.num_ranks)
     wm = lns.build_window_model(grid, grid_tl, everything_before, problem.objective)
@@ -58,7 +60,7 @@ def test_the_hint_is_feasible_in_every_window_model(objective):
     # The incumbent must satisfy its own window's model (memory blocks held across, fixed inputs,
     # the rank's free time): re-solving a window can then only keep it or do better on the proxy.
     problem = _problem(4, 8, seed=5, limit="1p", objective=objective)
-    start = split_backward(one_at_a_time(problem))
+    start = with_backwards_split(one_at_a_time(problem))
     grid, grid_tl = _grid_incumbent(problem, start)
     ends = sorted(s.start for s in grid_tl.iter_slots())
     from ortools.sat.python import cp_model
@@ -76,7 +78,7 @@ def test_the_hint_is_feasible_in_every_window_model(objective):
 @pytest.mark.parametrize("limit", ["0.75p", "1p", "2p"])
 def test_lns_improves_a_poor_start_and_the_result_validates(limit):
     problem = _problem(4, 10, seed=11, limit=limit)
-    start = split_backward(one_at_a_time(problem))
+    start = with_backwards_split(one_at_a_time(problem))
     before = check(start, problem.profile, problem.limit)
     assert before.ok and before.timeline is not None
     found = lns.improve(problem, start, time.monotonic() + 6, workers=1)
@@ -95,7 +97,7 @@ def test_lns_improves_a_poor_start_and_the_result_validates(limit):
 
 def test_lns_on_the_v_shape_keeps_memory_and_never_gets_worse():
     problem = _problem(4, 8, seed=2, limit="1p", placement=vshape)
-    start = split_backward(one_at_a_time(problem))
+    start = with_backwards_split(one_at_a_time(problem))
     found = lns.improve(problem, start, time.monotonic() + 4, workers=1)
     assert found is not None
     schedule, _, obj, stats = found
@@ -106,20 +108,17 @@ def test_lns_on_the_v_shape_keeps_memory_and_never_gets_worse():
 
 def test_an_invalid_start_is_refused():
     problem = _problem(4, 8, seed=1, limit="1p")
-    ranks = [list(r) for r in split_backward(one_at_a_time(problem)).ranks]
+    ranks = [list(r) for r in with_backwards_split(one_at_a_time(problem)).ranks]
     ranks[0] = ranks[0][1:] + ranks[0][:1]   # its first forward last: deadlocks
     broken = problem.empty_schedule("broken", ranks)
     assert lns.improve(problem, broken, time.monotonic() + 2) is None
 
 
-def test_solve_runs_the_search_when_the_full_model_is_skipped(monkeypatch):
-    import zbsearch.search.solve as solve_module
-
-    monkeypatch.setattr(solve_module, "CPSAT_SECONDS_PER_PASS", 1e6)
+def test_solve_runs_the_search_when_the_full_model_is_skipped():
     problem = _problem(4, 12, seed=9, limit="0.75p")
-    result = solve(problem, time_limit=8, workers=1)
-    assert result.details["cpsat_status"].startswith("skipped")
-    assert result.details["lns_windows"] >= 1
+    result = solve(problem, time_limit=8, workers=1, budget=Budget(cpsat_seconds_per_pass=1e6))
+    assert result.details.cpsat_status.startswith("skipped")
+    assert result.details.lns is not None and result.details.lns.windows >= 1
     assert result.objective <= result.heuristic_objective
     validate(result.schedule, problem.profile, problem.limit)
     assert simulate(result.schedule, problem.profile).span == pytest.approx(result.objective)

@@ -16,11 +16,10 @@ from zbsearch.core.errors import InfeasibleError, PartitionError
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
-from zbsearch.search.partition_search import (
-    NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish, search_splits,
-)
-from zbsearch.search.split_bounds import any_split_bound, least_bound_split, split_bound
-from zbsearch.search.split_enumerate import bound_input, refined_bound
+from zbsearch.search.partition.search import (NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish,
+    search_splits)
+from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound
+from zbsearch.search.partition.enumerate import bound_input, refined_bound
 
 
 def _bound(request: SplitRequest, placement, incumbent: float = math.inf, walk: bool = False) -> float:
@@ -32,9 +31,9 @@ def _bound(request: SplitRequest, placement, incumbent: float = math.inf, walk: 
     # two bounds, so both must hold.
     return refined_bound(data, incumbent, search.leaf_bound(placement), time.monotonic() + 60,
                          search.leaf_bound(placement, chains=True))[0]
-from zbsearch.search.problem import parse_placement
-from zbsearch.search.solve import solve
-from zbsearch.search.split_candidates import even_counts, memory_capped_counts, parse_rule
+from zbsearch.core.placement import parse_placement
+from zbsearch.search.solve.driver import solve
+from zbsearch.search.partition.candidates import even_counts, memory_capped_counts, parse_rule
 from zbsearch.sim.validate import check
 
 GiB = 2**30
@@ -155,11 +154,13 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
         assert auto.objective <= fixed.objective * (1 + 1e-9)
     report = check(auto.schedule, auto.problem.profile, auto.problem.limit)
     assert report.ok
-    for rank in auto.details["partition"]["ranks"]:
+    part = auto.details.partition
+    assert part is not None
+    for rank in part.facts["ranks"]:
         assert rank["total_bytes"] <= 24 * GiB * (1 + 1e-9) and rank["fits"]
-    assert auto.lower_bound == pytest.approx(min(auto.objective, auto.details["any_split_bound"]))
-    assert sum(auto.details["partition"]["layers_per_chunk"]) == 9
-    assert auto.schedule.meta["partition"]["chunks"] == auto.details["partition"]["chunks"]
+    assert auto.lower_bound == pytest.approx(min(auto.objective, part.any_split_bound))
+    assert sum(part.facts["layers_per_chunk"]) == 9
+    assert auto.schedule.meta["partition"]["chunks"] == part.facts["chunks"]
 
 
 def test_the_second_split_polished_is_the_near_one_with_the_least_own_bound():
@@ -191,7 +192,8 @@ def test_each_placement_reports_its_best_plan_beside_its_bound():
     above that placement's bound over every split."""
     prof = layered(random_layers(10, 12), 8, comm=0.5)
     auto = search_splits(SplitRequest(prof, 2, ("linear", "v"), "24GiB", "makespan", "auto"), time_limit=8)
-    by = auto.details["any_split_bound_by_placement"]
+    assert auto.details.partition is not None
+    by = auto.details.partition.any_split_bound_by_placement
     assert set(by) == {"linear", "v"}
     assert min(facts["best_found"] for facts in by.values()) == pytest.approx(auto.objective)
     for facts in by.values():
@@ -215,7 +217,7 @@ def test_the_joint_searchs_bound_stays_below_every_splits_optimum():
                 continue
             assert result.status == "optimal"
             best = min(best, result.objective)
-    assert auto.details["any_split_bound"] <= best * (1 + 1e-9)
+    assert auto.details.partition is not None and auto.details.partition.any_split_bound <= best * (1 + 1e-9)
     assert best <= auto.objective * (1 + 1e-9)
 
 
@@ -297,7 +299,8 @@ def test_a_cap_no_split_fits_names_the_least_cap_that_does():
         search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB - 0.5:g}GiB", "makespan", "auto"),
                       time_limit=2)
     fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), time_limit=2)
-    assert all(rank["fits"] for rank in fits.details["partition"]["ranks"])
+    assert fits.details.partition is not None
+    assert all(rank["fits"] for rank in fits.details.partition.facts["ranks"])
 
 
 def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
@@ -305,16 +308,18 @@ def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
 
     from zbsearch.cli.split import bound_line
 
-    details = {"any_split_bound": 90.0, "splits_scored": 7, "any_split_bound_by_placement": {
-        "linear": {"bound": 98.0, "best_found": 100.0}, "v": {"bound": 90.0, "best_found": 130.0}}}
+    by = {"linear": {"bound": 98.0, "best_found": 100.0}, "v": {"bound": 90.0, "best_found": 130.0}}
+    details = SimpleNamespace(partition=SimpleNamespace(any_split_bound=90.0, splits_scored=7,
+                                                        any_split_bound_by_placement=by))
     plan = SimpleNamespace(objective=100.0, details=details, problem=SimpleNamespace(placement=linear(2)))
     line = bound_line(plan)
     assert "gap 10.00%" in line and "the bound is placement v's, whose best plan found is 130" in line
-    details["any_split_bound_by_placement"]["v"]["bound"] = 99.0  # now the plan's own placement is lower
+    details.partition.any_split_bound_by_placement["v"]["bound"] = 99.0  # now the plan's own placement is lower
     assert "the bound is placement" not in bound_line(plan)
     # A plan at its bound: both placements' bounds are capped at it, and neither holds anything down.
-    details.update(any_split_bound=100.0, any_split_bound_by_placement={
-        "linear": {"bound": 100.0, "best_found": 110.0}, "v": {"bound": 100.0, "best_found": 100.0}})
+    details.partition.any_split_bound = 100.0
+    details.partition.any_split_bound_by_placement = {
+        "linear": {"bound": 100.0, "best_found": 110.0}, "v": {"bound": 100.0, "best_found": 100.0}}
     plan.problem = SimpleNamespace(placement=vshape(2))
     line = bound_line(plan)
     assert "gap 0.00%" in line and "the bound is placement" not in line
@@ -322,8 +327,8 @@ def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
 
 def _whole_bound(search: SplitSearch, placement, counts, chains: bool) -> float:
     """A split's own bound from its whole problem, as the walk took it before ranks were cached."""
-    from zbsearch.search.bounds import objective_bound, rank_bounds
-    from zbsearch.search.relaxations import bound_passes
+    from zbsearch.search.bounds.analytic import objective_bound, rank_bounds
+    from zbsearch.search.bounds.relaxations import bound_passes
     try:
         problem = search.problem(placement, counts)
         problem.check_feasible()
@@ -337,7 +342,7 @@ def _whole_bound(search: SplitSearch, placement, counts, chains: bool) -> float:
     ("interleaved:2", "15GiB", "makespan", 2, 6),
 ])
 def test_rank_cached_split_bounds_equal_the_whole_problems(placement, cap, objective, p, n):
-    """Every split's own bound taken rank by rank from a cache shared across splits (split_leaf.py)
+    """Every split's own bound taken rank by rank from a cache shared across splits (partition/leaf.py)
     equals the bound of its whole problem: a rank's bound reads only its own layers while hops cost
     the same everywhere. With the chain walk it may only be larger (a rank walked in another split
     keeps its walk). The caps leave some splits with no schedule (a rank cannot hold one microbatch)."""

@@ -9,8 +9,10 @@ import pytest
 
 from zbsearch.core.errors import InfeasibleError, ProfileError, ZbsearchError
 from zbsearch.core.ir import Action, Kind, interleaved, linear, vshape
-from zbsearch.core.memory import no_limit, parse_mem_limit
-from zbsearch.search.problem import OBJECTIVES, Problem, make_problem, make_problems, on_grid, parse_placement
+from zbsearch.core.memory import no_limit
+from zbsearch.core.objective import OBJECTIVES
+from zbsearch.core.placement import parse_placement
+from zbsearch.search.problem import Problem, make_problem, make_problems, on_grid
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate

@@ -22,7 +22,7 @@ from zbsearch.core.errors import PartitionError, ProfilerError
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.profiling.build import check_split, profile_measured
 from zbsearch.profiling.estimate import estimate_gpt
-from zbsearch.profiling.partition import check_counts, linear_partition, max_stage_cost
+from zbsearch.profiling.partition import check_stage_counts, linear_partition, max_stage_cost
 from zbsearch.profiling.request import GptShape, MeasureRequest, StageSplit
 
 runner = CliRunner()
@@ -82,11 +82,11 @@ def test_partition_rejects_impossible_splits() -> None:
     with pytest.raises(PartitionError, match="non-negative"):
         linear_partition([1, -2], 1)
     with pytest.raises(PartitionError, match="add up to 5 layers but the model has 4"):
-        check_counts([2, 3], 4)
+        check_stage_counts([2, 3], 4)
     with pytest.raises(PartitionError, match="positive whole number"):
-        check_counts([4, 0], 4)
+        check_stage_counts([4, 0], 4)
     with pytest.raises(PartitionError, match="make 2 stages but 3 stages were asked for"):
-        check_counts([2, 2], 4, 3)
+        check_stage_counts([2, 2], 4, 3)
 
 
 # -- estimates (no torch) ---------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_layers_per_stage_that_is_not_a_list_of_numbers_is_a_usage_error() -> No
     (lambda: estimate_gpt(GptShape(), "v100"), ProfilerError, ("gpu",)),
     (lambda: estimate_gpt(GptShape(), "a100", mfu=0), ProfilerError, ("mfu",)),
     (lambda: check_split(6, StageSplit(stages=5, anchored=(1, 1))), PartitionError, ("stages",)),
-    (lambda: check_counts([1, 2], 3, p=3), PartitionError, ("layers_per_stage", "stages")),
+    (lambda: check_stage_counts([1, 2], 3, p=3), PartitionError, ("layers_per_stage", "stages")),
     (lambda: MeasureRequest(repeats=0).check(), ProfilerError, ("repeats",)),
     (lambda: MeasureRequest(threads=0).check(), ProfilerError, ("threads",)),
 ])
@@ -249,7 +249,7 @@ def test_memory_M_B_above_M_W_and_grows_with_micro_batch(measured: Profile) -> N
         assert st.mem_B > st.mem_W > 0
     # Only the head holds more from B to W (its input and the logits' gradient) than from F to B (a vocabulary
     # of 256 makes small logits); its mem_B is raised, with a note, and no block's is.
-    assert measured.details["notes"] == [f"layer output: mem_B raised from 788484 to mem_W 1050624 bytes"]
+    assert measured.details["notes"] == ["layer output: mem_B raised from 788484 to mem_W 1050624 bytes"]
     assert all(layer.mem_B >= layer.mem_W for layer in measured.layers)
     blocks = {}
     for b in (1, 2):

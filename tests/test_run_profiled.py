@@ -23,8 +23,8 @@ from zbsearch.schedules import generate
 
 pytest.importorskip("torch")
 
-from zbsearch.interop.run_model import cut_chunks, plan_profiled_model, predicted_profile  # noqa: E402
-from zbsearch.interop.runtime import _cause, run  # noqa: E402
+from zbsearch.interop.run.model import cut_chunks, plan_profiled_model, predicted_profile  # noqa: E402
+from zbsearch.interop.run.launcher import _cause, run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -10,14 +10,15 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from zbsearch.search.bounds import lower_bound
+from zbsearch.search.budget import Budget
+from zbsearch.search.bounds.analytic import lower_bound
 from zbsearch.cli.app import app
 from zbsearch.core.errors import InfeasibleError, ScheduleError
 from zbsearch.core.ir import Action, Kind, build, linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.search.problem import Problem, make_problem
 from zbsearch.core.profile import Profile, uniform_profile
-from zbsearch.search.solve import solve
+from zbsearch.search.solve.driver import solve
 from zbsearch.sim.validate import validate
 
 
@@ -148,15 +149,16 @@ def test_cli_solve_infeasible_is_one_line():
 
 def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
     from zbsearch.search.problem import make_problems
-    from zbsearch.search.solve import solve_placements
+    from zbsearch.search.solve.driver import solve_placements
 
     prof = uniform_profile(1, 1, 1, p=4, m=8)
     problems = make_problems(prof, "1p", "makespan", "auto")
     assert [pr.placement.name for pr in problems] == ["linear", "v"]
     best = solve_placements(problems, time_limit=20)
-    each = best.details["placements"]
-    assert best.objective == min(v["objective"] for v in each.values())
-    assert best.lower_bound == min(v["lower_bound"] for v in each.values())
+    each = best.details.placements
+    assert each is not None
+    assert best.objective == min(v.objective for v in each.values())
+    assert best.lower_bound == min(v.lower_bound for v in each.values())
     validate(best.schedule, prof, best.problem.limit)
 
 
@@ -172,24 +174,21 @@ def test_start_is_a_real_heuristic_when_other_placements_rank_first():
 
 
 def test_exact_step_is_the_coarsest_grid_that_holds_every_time():
-    from zbsearch.search.solve import exact_step
+    from zbsearch.search.solve.grid import exact_step
 
     assert exact_step(make_problem(uniform_profile(3, 2, 1, 0.5, p=2, m=2), "2p")) == pytest.approx(0.5)
     assert exact_step(make_problem(uniform_profile(3, 2, 1, p=2, m=2), "2p")) == pytest.approx(1.0)
     assert exact_step(make_problem(uniform_profile(math.pi, 2, 1, p=2, m=2), "2p")) is None
 
 
-def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model(monkeypatch):
+def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model():
     # CP-SAT cannot stop before its presolve and first search task end; with less time than those
     # take the solver keeps its validated start instead of overrunning the limit.
-    import zbsearch.search.solve as solve_module
-
-    monkeypatch.setattr(solve_module, "CPSAT_SECONDS_PER_PASS", 1e6)
     # seed 1: the bounds leave a gap after the start (seed 7's start is proven optimal by them alone)
     prof = hetero(4, 8, seed=1)
     problem = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "span")
-    result = solve(problem, time_limit=5)
-    assert result.details["cpsat_status"].startswith("skipped")
+    result = solve(problem, time_limit=5, budget=Budget(cpsat_seconds_per_pass=1e6))
+    assert result.details.cpsat_status.startswith("skipped")
     # The time left goes to the large-neighbourhood search, which only ever keeps a better schedule.
     assert result.objective <= result.heuristic_objective
     validate(result.schedule, prof, problem.limit)

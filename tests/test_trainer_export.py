@@ -18,9 +18,9 @@ from zbsearch.core.errors import PartitionError, ScheduleError, ZbsearchError
 from zbsearch.core.ir import Schedule, build, interleaved
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.profile import Profile, load_profile
-from zbsearch.interop.export import export, export_files, render
-from zbsearch.interop.split import Split, split_meta, split_of
-from zbsearch.interop.trainers import compress, expand, megatron_args
+from zbsearch.interop.formats.export import export, export_files, render
+from zbsearch.interop.formats.layer_split import Split, split_meta, split_of
+from zbsearch.interop.formats.trainers import compress, expand, megatron_args
 from zbsearch.schedules import generate
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""The nesting bound (window_nesting.py): a rank's window holds every deeper rank's, never above a real
+"""The nesting bound (bounds/window_nesting.py): a rank's window holds every deeper rank's, never above a real
 schedule, and where a deep rank sends microbatches round in waves it lifts the ranks above it."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from zbsearch.core.profile import Profile
-from zbsearch.search.bounds import lower_bound, objective_bound, rank_bounds
-from zbsearch.search.solve import heuristic_start
+from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
+from zbsearch.search.solve.starts import heuristic_start
 from zbsearch.search.problem import make_problem
-from zbsearch.search.relaxations import bound_passes
+from zbsearch.search.bounds.relaxations import bound_passes
 from zbsearch.sim.validate import check
 
 from random_pipelines import tell_cpsat_no_bounds
@@ -37,7 +37,7 @@ def test_a_rank_that_sends_microbatches_in_waves_holds_every_rank_above_it():
     assert one_rank == pytest.approx(3700)
     assert lower_bound(problem) == pytest.approx(4398)
     assert max(range(8), key=lambda r: bounds[r].span) == 0  # the outermost rank carries it
-    _, schedule, _ = heuristic_start(problem)
+    schedule = heuristic_start(problem).schedule
     report = check(schedule, problem.profile, problem.limit)
     assert report.ok and report.timeline.span >= lower_bound(problem) - 1e-9
 
@@ -69,7 +69,7 @@ def test_with_memory_to_spare_the_last_gradient_still_comes_back():
 def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, seed, placement, limit, objective):
     """CP-SAT told no analytic bound proves the optimum of small integer-time instances; the nesting
     bound stays at or below it."""
-    from zbsearch.search.solve import solve
+    from zbsearch.search.solve.driver import solve
 
     rng = random.Random(500 + seed)
     p, m = (rng.choice([3, 4]), rng.choice([3, 4])) if placement == "linear" else (2, rng.choice([2, 3]))

@@ -10,13 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .core.errors import (
-    DependencyError, FileError, InfeasibleError, MemoryLimitError, PartitionError, PlanError, PreconditionError,
-    ProfileError, ProfilerError, RunError, ScheduleError, ZbsearchError,
-)
+from .core.errors import (DependencyError, FileError, InfeasibleError, MemoryLimitError, PartitionError,
+    PlanError, PreconditionError, ProfileError, ProfilerError, RunError, ScheduleError, ZbsearchError)
 from .core.ir import Action, Kind, Placement, Schedule
 from .core.memory import MemoryLimit, parse_mem_limit
-from .core.profile import Profile, StageCost, load_profile, uniform_profile
+from .core.profile import Profile, load_profile, uniform_profile
+from .core.stage_cost import StageCost
 from .schedules import REGISTRY, ScheduleSpec, generate
 from .sim.simulate import Timeline, simulate
 from .sim.summary import Summary, summarize
@@ -27,9 +26,9 @@ __version__ = "0.1.0"
 # Names loaded on first use: the search pulls in OR-Tools, which `import zbsearch` should not pay for.
 _LAZY = {
     "Problem": "search.problem", "make_problems": "search.problem",
-    "solve": "search.solve", "solve_placements": "search.solve", "SolveResult": "search.solve",
-    "SolveReport": "search.solve_report",
-    "export": "interop.export", "import_torch_csv": "interop.torch_import",
+    "solve": "search.solve.driver", "solve_placements": "search.solve.driver", "SolveResult": "search.solve.driver",
+    "SolveReport": "search.solve.report",
+    "export": "interop.formats.export", "import_torch_csv": "interop.formats.torch_import",
 }
 
 

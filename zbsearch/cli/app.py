@@ -22,12 +22,10 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, progress_bar, stdout_console
-from .options import (
-    AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt,
-    ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt, TimeLimitOpt,
-    UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_problem, naming, naming_subjects, parse_limit,
-    problem_for_schedule,
-)
+from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
+    MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
+    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
+    parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
 from ..search.problem import make_problems
 from ..core.profile import profile_schema
@@ -113,7 +111,7 @@ def baseline(
     Exits 1 when the schedule breaks --mem-limit (the summary still prints, with valid false and the
     reason); -o is written only for a valid schedule.
     """
-    problem = load_problem(profile, uniform, p, m, uniform_memory)
+    problem = load_cli_profile(profile, uniform, p, m, uniform_memory)
     with naming_subjects({"--chunks": "chunk count"}):
         schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
     limit = parse_limit(mem_limit, problem, placement=schedule.placement)
@@ -223,8 +221,10 @@ def solve(
     bound is met) and the heuristic it started from. --placement auto tries dualpipe (two parameter
     copies per rank, counted in the static memory reported) only with --allow-param-copies.
     """
-    from ..search import solve as search
+    # defers OR-Tools (the solver) until a command solves: `zbsearch --help` and `list` stay quick
+    from ..search.solve import driver as search
 
+    # defers OR-Tools, as above (the split search solves)
     from . import split
 
     if mem_limit is None:
@@ -236,7 +236,7 @@ def solve(
     if partition is not None:
         prof = split.load_layer_profile(profile, p, m)
     else:
-        prof = load_problem(profile, uniform, p, m, uniform_memory)
+        prof = load_cli_profile(profile, uniform, p, m, uniform_memory)
         placement = placement or "linear"
         with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
             problems = make_problems(prof, mem_limit, objective, placement, auto, headroom)
@@ -256,7 +256,6 @@ def solve(
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
-        from ..interop.export import export
 
         export(result.schedule, "torch-csv", export_torch)
     if json_out:
@@ -314,6 +313,7 @@ from .plan import register; register(app)  # noqa: E402,E702
 from .interop import register; register(app)  # noqa: E402,E702
 from .run import register; register(app)  # noqa: E402,E702
 from .fidelity import register; register(app)  # noqa: E402,E702
+from ..interop.formats.export import export
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see plan/compare.py and
+"""`zbsearch compare` and `zbsearch plot`: research tables and figures (see studies/compare.py and
 report/plot.py).
 
 Registered on the main app by one line in app.py (`register(app)`); errors are ZbsearchErrors, which
@@ -13,12 +13,15 @@ from typing import Annotated, Optional
 import typer
 
 from .console import progress_bar, stdout_console
-from .options import (
-    OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
-    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, load_problem, naming, parse_limit,
-    problem_for_schedule,
-)
+from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
+    StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, load_cli_profile, naming, parse_limit,
+    problem_for_schedule)
 from .params import IntList, StrList, parse_figure_formats, parse_microbatch_list, parse_str_list
+from ..studies import compare as cmp
+from ..report.plot import require_matplotlib
+from ..core.ir import Schedule
+from ..report.plot import figure_format, plot_gantt
+from ..sim.validate import check
 
 # Options only these commands take (the shared ones come from options.py).
 MicrobatchListOpt = Annotated[Optional[IntList], typer.Option(
@@ -91,14 +94,12 @@ def compare_command(
     """
     import sys
 
-    from ..plan import compare as cmp
 
-    prof = load_problem(profile, uniform, p, m[0] if m else None, uniform_memory)
+    prof = load_cli_profile(profile, uniform, p, m[0] if m else None, uniform_memory)
     for limit in mem_limits:
         # a limit that does not apply is reported naming the profile file
         parse_limit(limit, prof, "--mem-limits")
     if figures:
-        from ..report.plot import require_matplotlib
 
         require_matplotlib()  # say it is missing before the long part
     options = {"--mem-limits": mem_limits, "--schedules": schedules, "--objective": objective, "--placement": placement}
@@ -145,9 +146,6 @@ def plot_command(
     The schedule is validated (structure, completeness, deadlock) and simulated on the profile first.
     With --uniform, -p defaults to the schedule's rank count.
     """
-    from ..core.ir import Schedule
-    from ..report.plot import figure_format, plot_gantt
-    from ..sim.validate import check
 
     figure_format(output)
     schedule = Schedule.load(schedule_file)

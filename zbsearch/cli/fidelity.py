@@ -1,5 +1,5 @@
 """`zbsearch calibrate` and `zbsearch fidelity`: measure what torch's pipelining runtime adds to a profile
-(interop/calibrate.py), and compare the simulator's predictions with runs on torch (plan/fidelity*.py).
+(interop/run/calibrate.py), and compare the simulator's predictions with runs on torch (studies/fidelity*.py).
 Added to the main app by `register(app)`; nothing here imports torch.
 """
 
@@ -17,6 +17,10 @@ from .console import stdout_console
 from .options import OUTPUT_PANEL, PROBLEM_PANEL, naming_subjects
 from .params import StrList, parse_memory_model, parse_str_list
 from .run import BackendOpt, DeviceOpt, TimeoutOpt, TORCH_PANEL
+from ..interop.run.calibrate import calibrate
+from ..studies.fidelity import StudyRequest, require_model, run_study
+from ..studies.fidelity_analysis import analyse
+from ..studies.fidelity_report import write_study
 
 ProfileArg = Annotated[Path, typer.Argument(metavar="PROFILE.json", help="A profile measured by zbsearch profile.")]
 CalStepsOpt = Annotated[int, typer.Option(
@@ -79,7 +83,6 @@ def calibrate_command(
     what makes the simulator reproduce its step time. The simulator, heuristics, bounds and solver then
     add the overhead to every pass and read hops off the message table. Needs torch.
     """
-    from ..interop.calibrate import calibrate
 
     with naming_subjects(SUBJECTS):
         result = calibrate(load_profile(profile), backend=backend, device=device, steps=steps, warmup=warmup,
@@ -111,10 +114,6 @@ def fidelity_command(
     ratio, whether the orders agree and which term of the model errs, and the predicted against the
     measured peak activation memory per rank; a CSV and a figure. Needs torch and matplotlib.
     """
-    from ..interop.calibrate import calibrate
-    from ..plan.fidelity import StudyRequest, require_model, run_study
-    from ..plan.fidelity_analysis import analyse
-    from ..plan.fidelity_report import write_study
 
     raw = load_profile(profile)
     require_model(raw)

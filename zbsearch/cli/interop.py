@@ -13,15 +13,14 @@ import typer
 
 from ..core.errors import ZbsearchError
 from ..core.profile import load_profile
-from ..interop.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
+from ..interop.formats.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
 from .console import stdout_console
-from .options import (
-    OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects,
-    problem_for_schedule,
-)
+from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
+    naming_subjects, problem_for_schedule)
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
 from ..sim.validate import validate
+from ..interop.formats.torch_import import import_torch_csv, torch_builtin
 
 TORCH_PANEL = "torch"
 
@@ -111,7 +110,6 @@ def import_command(
     actions are dropped); the placement is inferred from which row mentions each stage. The schedule is
     validated (structure, completeness, deadlock) before it is written.
     """
-    from ..interop.torch_import import import_torch_csv, torch_builtin
 
     if (csv_file is None) == (torch_schedule is None):
         raise ZbsearchError("give either a CSV file or --torch-schedule NAME (with -p and -m), not both or neither")

@@ -5,7 +5,7 @@ Each option is declared once here, as an `Annotated` alias, and every command th
 alias, so the flags, their help and their defaults cannot drift apart between commands. Values that
 do not parse are usage errors (params.py). The checks that tie options together (`--uniform` needs
 `-p`; `-p` must match the profile; the schedule's ranks must match the profile's stages) live in
-`load_problem` and `problem_for_schedule`, which raise ProfileError with the fix; the CLI turns that
+`load_cli_profile` and `problem_for_schedule`, which raise ProfileError with the fix; the CLI turns that
 into one line. `naming` adds the option to a library error that speaks only of the value.
 """
 
@@ -24,7 +24,8 @@ from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.partition import counts_of, partition_profile
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
-from .params import Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory, parse_uniform_times
+from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory,
+    parse_uniform_times)
 
 PROBLEM_PANEL = "Problem"
 OUTPUT_PANEL = "Output"
@@ -127,7 +128,7 @@ WidthOpt = Annotated[Optional[int], typer.Option(
 )]
 
 
-def load_problem(
+def load_cli_profile(
     profile: Path | str | None,
     uniform: Numbers | str | None,
     p: int | None,
@@ -235,7 +236,7 @@ def problem_for_schedule(
     if optional and profile is None and uniform is None:
         check_uniform_companions(profile, uniform, p, uniform_memory)
         return None
-    problem = load_problem(profile, uniform, p, None, uniform_memory,
+    problem = load_cli_profile(profile, uniform, p, None, uniform_memory,
                            default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
     split = schedule.meta.get("partition")
     if problem.layers is not None and isinstance(split, dict) and "chunks" in split:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import typer
 
 from ..core.profile import MAX_MICROBATCHES, MAX_STAGES
+from ..core.calibration import MEMORY_MODELS
 
 FIGURE_FORMATS = ("png", "svg")
 
@@ -85,7 +86,6 @@ parse_microbatch_list = count_list_parser("microbatch counts", "24 or 24,32,64",
 
 def parse_memory_model(value: str) -> str:
     """A --memory-model value, or a usage error naming the choices."""
-    from ..core.calibration import MEMORY_MODELS
 
     if value not in MEMORY_MODELS:
         raise typer.BadParameter(f"{value!r} is not a memory model: use one of {', '.join(MEMORY_MODELS)}")

@@ -20,13 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import PlanError
-from ..plan.closed_forms import CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, check_objective
+from ..plan.closed_forms import (CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION,
+    check_objective)
 from ..plan.microbatches import check_target
 from ..plan.planner import Plan, PlanRow, microbatches_from_batch, plan
-from .options import (
-    PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt, ProfileOpt, StagesOpt,
-    UniformMemoryOpt, UniformOpt, load_problem, naming, naming_subjects, parse_limit,
-)
+from .options import (PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt,
+    ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_cli_profile, naming, naming_subjects, parse_limit)
 from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
@@ -181,7 +180,7 @@ def plan_command(
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")
-    problem = load_problem(profile, uniform, p, m_value, uniform_memory)
+    problem = load_cli_profile(profile, uniform, p, m_value, uniform_memory)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
     limit = parse_limit(mem_limit, problem)

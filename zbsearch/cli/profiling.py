@@ -23,13 +23,12 @@ from ..core.profile import Profile
 from ..profiling.build import profile_estimate, profile_measured
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shape
-from ..profiling.request import (
-    DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape, MeasureRequest, PipelineSetup,
-    StageSplit,
-)
+from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
+    MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
 from .options import JsonOpt
 from .params import IntList, count_list_parser, parse_memory_model
+from ..interop.run.calibrate import calibrate as calibrated
 
 MODEL_PANEL = "Model"
 MEASURE_PANEL = "Measurement"
@@ -322,7 +321,6 @@ def profile(
         if estimate and memory_model is not None:
             result = replace(result, memory_model=memory_model)
         if calibrate:
-            from ..interop.calibrate import calibrate as calibrated
 
             result = calibrated(result)
     if output is not None:

@@ -19,12 +19,12 @@ from ..core.errors import ZbsearchError
 from ..core.fileio import write_atomic
 from ..core.ir import Kind, Schedule
 from .console import stdout_console
-from .options import (
-    OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, naming_subjects, problem_for_schedule,
-)
+from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
+    naming_subjects, problem_for_schedule)
+from ..interop.run.launcher import run
 
 if TYPE_CHECKING:
-    from ..interop.runtime import RunResult
+    from ..interop.run.launcher import RunResult
 
 TORCH_PANEL = "torch"
 
@@ -107,7 +107,6 @@ def run_command(
     model). Compares the loss and every parameter gradient with a single-process reference and
     exits 1 when anything differs. Needs torch: pip install 'zbsearch\\[torch]'.
     """
-    from ..interop.runtime import run
 
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)

@@ -10,9 +10,9 @@ from rich.table import Table
 from ..core.errors import PartitionError, ProfileError
 from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
-from ..search.partition_search import SplitRequest, search_splits
-from ..search.solve import Progress, SolveResult
-from ..search.split_report import layer_range
+from ..search.partition.search import SplitRequest, search_splits
+from ..search.solve.driver import Progress, SolveResult
+from ..search.partition.report import layer_range
 from .options import naming, naming_subjects
 
 
@@ -49,7 +49,8 @@ def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, 
 
 def split_table(result: SolveResult) -> Table:
     """Rank by rank: the layers of each chunk, static bytes, peak activations, their sum and the cap."""
-    facts = result.details["partition"]
+    assert result.details.partition is not None
+    facts = result.details.partition.facts
     bytes_unit = result.problem.profile.memory_unit == "bytes"
     show = fmt_bytes if bytes_unit else fmt_number
     table = Table(title=f"split ({facts['rule']}): layers per chunk {','.join(map(str, facts['layers_per_chunk']))}",
@@ -68,11 +69,13 @@ def split_table(result: SolveResult) -> Table:
 
 def bound_line(result: SolveResult) -> str:
     """How far the plan is from the best plan of any split."""
-    any_split = result.details["any_split_bound"]
+    partition = result.details.partition
+    assert partition is not None
+    any_split = partition.any_split_bound
     gap = max(0.0, (result.objective - any_split) / result.objective) if result.objective > 0 else 0.0
     line = (f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%} "
-            f"({result.details['splits_scored']} splits scored)")
-    by = result.details.get("any_split_bound_by_placement") or {}
+            f"({partition.splits_scored} splits scored)")
+    by = partition.any_split_bound_by_placement
     weakest = min(by, key=lambda name: by[name]["bound"], default=None)
     # (With no gap there is nothing to place: every placement's bound is capped at the plan then.)
     if weakest is not None and len(by) > 1 and weakest != result.problem.placement.name and gap > 1e-9 \

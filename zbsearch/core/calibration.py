@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from .errors import ProfileError
-
-if TYPE_CHECKING:
-    from .profile import StageCost
+from .stage_cost import StageCost
 
 MEMORY_MODELS = ("paper", "torch-runtime")
 CommTable = tuple[tuple[float, float], ...]

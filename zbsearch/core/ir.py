@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import ScheduleError
+from .fileio import write_atomic
+from .fileio import read_json
 
 
 class Kind(str, Enum):
@@ -298,13 +300,11 @@ class Schedule:
         return cls(str(data["name"]), placement, m, ranks, dict(meta))
 
     def save(self, path: str | Path) -> None:
-        from .fileio import write_atomic
 
         write_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Schedule":
-        from .fileio import read_json
 
         return cls.from_dict(read_json(path, what="schedule"))
 

@@ -23,6 +23,7 @@ from typing import Sequence
 from .errors import InfeasibleError, MemoryLimitError
 from .ir import Placement, linear
 from .profile import Profile
+from .stage_cost import StageCost
 
 _UNITS = {
     "": 1, "b": 1,
@@ -140,21 +141,31 @@ def min_feasible_limit(profile: Profile, placement: Placement) -> tuple[float, .
     B leaves more held than F (mem_W > mem_B, torch's split backward under the torch-runtime memory
     model: a fused backward frees everything at its end).
     """
+    return activation_need([profile.chunk_cost(placement, c) for c in range(placement.num_chunks)], placement)
+
+
+def activation_need(chunk_costs: Sequence[StageCost], placement: Placement) -> tuple[float, ...]:
+    """min_feasible_limit from the chunks' running costs (chunk_costs[c]: chunk c's, as Profile.chunk_cost
+    gives it), for a caller that holds them already."""
     need = [0.0] * placement.num_ranks
     for route in placement.routes:
         per = [0.0] * placement.num_ranks
         for c in route:
-            per[placement.chunk_to_rank[c]] += profile.chunk_cost(placement, c).mem_B
+            per[placement.chunk_to_rank[c]] += chunk_costs[c].mem_B
         need = [max(a, b) for a, b in zip(need, per)]
     return tuple(need)
+
+
+def short_of(need: Sequence[float], limit: MemoryLimit) -> list[bool]:
+    """Per rank, whether `limit` is below `need` (the rank's min_feasible_limit), within round-off."""
+    return [cap < n * (1 - _RTOL) for cap, n in zip(limit.per_rank, need)]
 
 
 def ranks_short(profile: Profile, placement: Placement, limit: MemoryLimit,
                 need: Sequence[float] | None = None) -> list[bool]:
     """Per rank, whether `limit` is too small for one microbatch in flight there (`need`: the ranks'
     min_feasible_limit, when already computed)."""
-    need = min_feasible_limit(profile, placement) if need is None else need
-    return [cap < n * (1 - _RTOL) for cap, n in zip(limit.per_rank, need)]
+    return short_of(min_feasible_limit(profile, placement) if need is None else need, limit)
 
 
 def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -> None:

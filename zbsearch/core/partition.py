@@ -23,7 +23,8 @@ from .calibration import kept_after_w, torch_chunk_memory
 from .errors import PartitionError
 from .ir import Placement
 from .layers import Layer
-from .profile import Profile, StageCost
+from .profile import Profile
+from .stage_cost import StageCost
 
 # A chunk whose layers hold no activation (an embedding alone) still counts one byte, so that limits
 # written as multiples of a stage's memory stay defined.
@@ -38,11 +39,11 @@ def route_length(placement: Placement) -> int:
     return lengths.pop()
 
 
-def check_counts(counts: Sequence[int], n_layers: int, placement: Placement) -> tuple[int, ...]:
+def check_chunk_counts(counts: Sequence[int], n_layers: int, placement: Placement) -> tuple[int, ...]:
     """Layers per chunk, checked: one positive count per chunk of the route, adding up to the layers.
 
     >>> from zbsearch.core.ir import vshape
-    >>> check_counts([1, 2, 2, 1], 6, vshape(2))
+    >>> check_chunk_counts([1, 2, 2, 1], 6, vshape(2))
     (1, 2, 2, 1)
     """
     k = route_length(placement)
@@ -154,7 +155,7 @@ def partition_profile(profile: Profile, placement: Placement, counts: Sequence[i
     if profile.layers is None:
         raise PartitionError(f"profile {profile.label} has no per-layer costs (layers), so its split is fixed: "
                              "profile the model again with a zbsearch that writes layers")
-    counts = check_counts(counts, len(profile.layers), placement)
+    counts = check_chunk_counts(counts, len(profile.layers), placement)
     by_position = groups(profile.layers, counts)
     position = {c: k for route in placement.routes for k, c in enumerate(route)}
     last = len(counts) - 1
@@ -170,7 +171,7 @@ def counts_of(names: Sequence[Sequence[str]], layers: Sequence[Layer], placement
     checked against the profile's layers."""
     route = placement.routes[0]
     counts = tuple(len(names[c]) for c in route) if len(names) == placement.num_chunks else ()
-    check_counts(counts, len(layers), placement)
+    check_chunk_counts(counts, len(layers), placement)
     expected = [tuple(layer.name for layer in g) for g in groups(layers, counts)]
     for k, c in enumerate(route):
         if tuple(names[c]) != expected[k]:

@@ -20,7 +20,7 @@ in `partition`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,63 +29,17 @@ from .errors import ProfileError
 from .fileio import read_json, write_atomic
 from .ir import Placement
 from .layers import Layer, parse_layers
-from .profile_validation import (
-    PROFILE_SCHEMA_PATH, check_memory_order, check_overlap, check_profile_data, profile_schema,
-)
+from .profile_validation import (PROFILE_SCHEMA_PATH, check_memory_order, check_overlap, check_profile_data,
+    profile_schema)
+from .stage_cost import StageCost
 
 __all__ = [
-    "MAX_MICROBATCHES", "MAX_STAGES", "PROFILE_SCHEMA_PATH", "Profile", "StageCost", "check_microbatches",
+    "MAX_MICROBATCHES", "MAX_STAGES", "PROFILE_SCHEMA_PATH", "Profile", "check_microbatches",
     "check_stages", "load_profile", "profile_schema", "uniform_profile",
 ]
 
 MAX_STAGES = 1024
 MAX_MICROBATCHES = 100_000
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """Cost of one stage (or one chunk) for one microbatch."""
-
-    F: float
-    B: float
-    W: float
-    mem_B: float = 1.0
-    mem_W: float = 0.5
-    full_backward: float | None = None
-    static_bytes: float | None = None
-    overlap_f_b: float | None = None   # an overlapped F&B pair: a forward and a full backward together
-    # What torch's runtime holds from F until I and from I until W (core/calibration.py); None: not measured.
-    mem_B_torch: float | None = None
-    mem_W_torch: float | None = None
-    # On the chunk that computes the loss, what stays after W until the iteration ends (torch keeps every
-    # microbatch's loss, and with it the part of its graph W does not free); None: not measured.
-    mem_kept_torch: float | None = None
-    # Resolved by the memory model (calibration.running_cost): held after W until the iteration ends.
-    mem_kept: float | None = None
-
-    @property
-    def BW(self) -> float:
-        """Time of the fused backward: the profile's own figure, else B + W."""
-        return self.full_backward if self.full_backward is not None else self.B + self.W
-
-    @property
-    def overlap_ratio(self) -> float:
-        """What a pass costs inside an overlapped F&B pair, as a share of its own time: the profile's
-        pair time over F + full backward; 1 (no saving) when the profile does not give it."""
-        return 1.0 if self.overlap_f_b is None else self.overlap_f_b / (self.F + self.BW)
-
-    def scaled(self, share: float) -> "StageCost":
-        def part(x: float | None) -> float | None:
-            return None if x is None else x * share
-
-        return StageCost(
-            self.F * share, self.B * share, self.W * share, self.mem_B * share, self.mem_W * share,
-            part(self.full_backward), part(self.static_bytes), part(self.overlap_f_b),
-            part(self.mem_B_torch), part(self.mem_W_torch), part(self.mem_kept_torch), part(self.mem_kept),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "mem_kept"}
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ from ..schedules import REGISTRY, generate
 from ..schedules.spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec
 from ..sim.simulate import simulate
 from ..sim.summary import imbalance
+from ..core.objective import OBJECTIVES, Objective
 
 SCHEDULES: tuple[str, ...] = tuple(REGISTRY)
-OBJECTIVES = ("makespan", "span")
 CLOSED_FORM = "closed form"
 SIMULATOR = "simulator"
 
@@ -296,7 +296,7 @@ def simulated(schedule: str, profile: Profile, m: int, v: int = 1, objective: st
     record = _check_defined(schedule, p, m, v)
     prof = profile.with_microbatches(m)
     timeline = simulate(generate(schedule, p, m, v if record.takes_chunks else None), prof)
-    cost = timeline.makespan if objective == "makespan" else timeline.span
+    cost = Objective.parse(objective).of(timeline)
     works = [timeline.work(r) for r in range(p)]
     work = sum(works) / p
     peaks = tuple(timeline.peak_memory(r) / prof.stage_mem_B(r) for r in range(p))

@@ -14,10 +14,8 @@ from typing import Any, Callable
 from ..core.errors import PlanError, PreconditionError
 from ..core.profile import MAX_MICROBATCHES, Profile
 from ..schedules.spec import PassTimes, close
-from .closed_forms import (
-    CLOSED_FORM, SIMULATOR, Estimate, bubble_form, check_objective, chunks_per_rank, closed_form,
-    next_valid_m, previous_valid_m, profile_for, simulated, spec,
-)
+from .closed_forms import (CLOSED_FORM, SIMULATOR, Estimate, bubble_form, check_objective, chunks_per_rank,
+    closed_form, next_valid_m, previous_valid_m, profile_for, simulated, spec)
 
 # The target search simulates an m only up to this many passes, and checks a prediction with at most
 # VERIFY_STEPS simulations; past either, it reports the m its fit predicts as extrapolated.

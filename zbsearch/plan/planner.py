@@ -11,10 +11,8 @@ from ..core.errors import PlanError
 from ..core.memory import MemoryLimit
 from ..core.profile import Profile
 from ..schedules.spec import close
-from .closed_forms import (
-    FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, SCHEDULES, Estimate, check_objective, estimate,
-    spec,
-)
+from .closed_forms import (FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION, SCHEDULES, Estimate,
+    check_objective, estimate, spec)
 from .microbatches import TargetM, check_target, microbatches_for_target
 
 

@@ -23,12 +23,10 @@ from ..core.profile import Profile, check_microbatches, check_stages
 from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
 from .estimate import PAPER, estimate_formulas, estimate_layers
 from .hardware import default_dtype, device_info, gpu_spec, import_torch, measure_link_gbps, resolve_device
-from .partition import check_counts, linear_partition, stage_costs
+from .partition import check_stage_counts, linear_partition, stage_costs
 from .presets import Preset, is_builtin, resolve_shape
-from .request import (
-    DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, LlamaShape, MeasureRequest, MoeShape,
-    PipelineSetup, Progress, StageSplit, bad_input, check_choice, check_factory_spec,
-)
+from .request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, LlamaShape,
+    MeasureRequest, MoeShape, PipelineSetup, Progress, StageSplit, bad_input, check_choice, check_factory_spec)
 from .transformer import inventory
 
 GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
@@ -71,7 +69,7 @@ def check_split(n_layers: int, split: StageSplit) -> None:
     movable = n_layers - sum(split.anchored)
     what = "transformer layers" if any(split.anchored) else "layers"
     if split.layers_per_stage:
-        check_counts(list(split.layers_per_stage), movable, split.stages)
+        check_stage_counts(list(split.layers_per_stage), movable, split.stages)
         return
     if split.stages is None:
         raise bad_input(PartitionError, "the number of pipeline stages is not given: give a stage count, or the "
@@ -312,6 +310,7 @@ class _Model:
 def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -> _Model:
     """The built-in GPT or a factory's layers, ready to measure."""
     torch = import_torch()
+    # defers torch (import_torch above says how to install it)
     from .models import describe_tensor, gpt_layers, load_factory
 
     if model == "gpt":
@@ -341,6 +340,7 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     if model != "gpt":
         check_factory_spec(model)
     import_torch()
+    # defers torch (import_torch above says how to install it)
     from .measure import measure_layers
 
     dev = resolve_device(request.device)

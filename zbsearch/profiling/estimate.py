@@ -15,9 +15,8 @@ from typing import Union
 from ..core.errors import ProfilerError
 from .costs import LayerCost, apply_layout, decoder_layout
 from .hardware import gpu_spec
-from .request import (
-    ATTENTIONS, DEFAULT_MFU, DTYPE_BYTES, DTYPES, GptShape, LlamaShape, MoeShape, bad_input, check_choice,
-)
+from .request import (ATTENTIONS, DEFAULT_MFU, DTYPE_BYTES, DTYPES, GptShape, LlamaShape, MoeShape, bad_input,
+    check_choice)
 from .transformer import block_flops, kept_for_W, per_token, saved_for_B
 
 PAPER = "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, arXiv:2401.10241"

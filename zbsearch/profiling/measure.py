@@ -28,6 +28,7 @@ from .costs import LayerCost
 from .hardware import default_dtype, one_line, resolve_device, torch_dtype
 from .models import LayerSpec, describe_tensor
 from .request import MeasureRequest, Progress
+from .measure_kept import measure_kept
 
 PASSES = ("F", "B", "W", "full_backward")
 
@@ -40,7 +41,7 @@ class SplitBackward(NamedTuple):
     weight: Callable[..., Any]
 
 
-def split_backward() -> SplitBackward:
+def torch_backward_functions() -> SplitBackward:
     """torch.distributed.pipelining's backward functions, or a DependencyError when this torch lacks them."""
     try:
         from torch.distributed.pipelining._backward import (
@@ -276,7 +277,7 @@ class _Session:
 
     def __init__(self, request: MeasureRequest, n_layers: int, progress: Progress | None) -> None:
         request.check()
-        self.backward = split_backward()
+        self.backward = torch_backward_functions()
         self.device = resolve_device(request.device)
         self.tdtype = torch_dtype(request.dtype or default_dtype(self.device))
         self.timer = _Timer(self.device)
@@ -318,7 +319,6 @@ def _measure_interleaved(session: _Session, layers: Sequence[LayerSpec], x: torc
         for run in prepared:
             session.run_once(run, i)
     if session.device.type == "cpu":
-        from .measure_kept import measure_kept
 
         measure_kept(prepared, session.backward)
     return [_finish(run) for run in prepared]

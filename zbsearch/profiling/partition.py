@@ -32,7 +32,7 @@ def stage_costs(costs: Sequence[float], counts: Sequence[int], first_extra: floa
     return out
 
 
-def check_counts(counts: Sequence[int], n: int, p: int | None = None) -> list[int]:
+def check_stage_counts(counts: Sequence[int], n: int, p: int | None = None) -> list[int]:
     """Validate a forced split: positive counts adding up to n (and p of them when p is given).
 
     Raises
@@ -42,7 +42,7 @@ def check_counts(counts: Sequence[int], n: int, p: int | None = None) -> list[in
 
     Examples
     --------
-    >>> check_counts([3, 3, 2], 8)
+    >>> check_stage_counts([3, 3, 2], 8)
     [3, 3, 2]
     """
     counts = list(counts)

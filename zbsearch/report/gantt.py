@@ -21,6 +21,7 @@ from ..core.ir import Action, Kind
 from ..sim.simulate import Timeline
 from .figure import figure_format, require_matplotlib, save, time_scale
 from .render import fmt_number
+from ..core.objective import Objective
 
 # (even local chunk, odd local chunk): a strong and a light shade of one hue per kind. The hues stay
 # apart for the common colour-vision deficiencies (blue / green / yellow / orange differ in lightness
@@ -212,10 +213,11 @@ def _legend(fig: Any, items: list[tuple[str, str, str]], ncol: int, bottom_in: f
                ncol=ncol, fontsize=8, frameon=False, handlelength=1.4, columnspacing=1.4, borderaxespad=0.0)
 
 
-def default_title(timeline: Timeline, objective: str = "makespan") -> str:
+def default_title(timeline: Timeline, objective: Objective | str = Objective.MAKESPAN) -> str:
     """'name: bubble 12.3% of makespan, makespan 1,234 us, peak 8 x M_B'."""
-    rate = timeline.bubble_rate_makespan if objective == "makespan" else timeline.bubble_rate_span
-    cost = timeline.makespan if objective == "makespan" else timeline.span
+    objective = Objective.parse(objective)
+    rate = timeline.bubble_rate_makespan if objective is Objective.MAKESPAN else timeline.bubble_rate_span
+    cost = objective.of(timeline)
     peak = max(timeline.peak_memory(r) / timeline.profile.stage_mem_B(r) for r in range(timeline.num_ranks))
     return (f"{timeline.schedule.name}: bubble {rate:.2%} of {objective}, {objective} {fmt_number(cost)} "
             f"{timeline.profile.time_unit}, peak {peak:.3g} x M_B")

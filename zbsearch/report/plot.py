@@ -5,10 +5,8 @@ public names, so `from zbsearch.report.plot import plot_gantt, plot_pareto` reac
 from __future__ import annotations
 
 from .figure import FORMATS, INSTALL_HINT, figure_format, require_matplotlib, save, time_scale
-from .gantt import (
-    IDLE_COLOR, KIND_COLORS, KIND_LEGEND, chart_width, default_title, draw_gantt, gantt_figure, gantt_grid_figure,
-    plot_gantt, plot_gantt_grid,
-)
+from .gantt import (IDLE_COLOR, KIND_COLORS, KIND_LEGEND, chart_width, default_title, draw_gantt, gantt_figure,
+    gantt_grid_figure, plot_gantt, plot_gantt_grid)
 from .pareto import ParetoPoint, frontier, group_points, pareto_figure, plot_pareto
 
 __all__ = [

@@ -18,10 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.ir import Action, Kind
+from ..core.objective import Status
 from ..sim.simulate import Timeline
 
 if TYPE_CHECKING:
-    from ..search.solve_report import SolveReport
+    from ..search.solve.report import SolveReport
     from ..sim.summary import Summary
 
 IDLE = "."
@@ -268,7 +269,7 @@ def search_status(event: Any) -> str:
 def solve_headline(report: SolveReport) -> Text:
     """One line on what the search proved: status, bound, gap, time and where it started from."""
     return Text.assemble(
-        ("search: ", "bold"), (report.status, "green" if report.status == "optimal" else "yellow"),
+        ("search: ", "bold"), (report.status, "green" if report.status is Status.OPTIMAL else "yellow"),
         f"  {report.objective} {fmt_number(report.objective_value)}",
         f"  lower bound {fmt_number(report.lower_bound)} (bubble >= {report.bubble_rate_lower_bound:.4f})",
         f"  gap {report.gap:.2%}  in {report.solve_seconds:.1f}s",

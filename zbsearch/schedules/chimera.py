@@ -26,7 +26,7 @@ rank r holds p/2 + 1 + min(r, p-1-r) microbatches, p on the middle ranks (the pa
 from __future__ import annotations
 
 from ..core.ir import BW, Action, F, Schedule, build, dualpipe
-from .dualpipe import even_ranks
+from ..core.placement import even_ranks
 from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, no_comm
 
 

@@ -35,6 +35,7 @@ from collections import deque
 
 from ..core.ir import BW, Action, B, F, Schedule, W, build, overlap, vshape
 from ..core.ir import dualpipe as dualpipe_placement
+from ..core.placement import even_ranks
 from .spec import BubbleForm, MicrobatchRule, PassTimes, ScheduleSpec, close, exceeds, no_comm, v_hops
 
 
@@ -140,10 +141,6 @@ def _dualpipe_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> Bu
 def _dualpipev_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
     return BubbleForm((p - 1) * (t.F + 2 * t.B - t.W) / 2, "(p-1)(F+2B-W)/2", _CONDITIONS + "; m >= 2p",
                       _failed(t), 2 * p)
-
-
-def even_ranks(p: int) -> str | None:
-    return None if p % 2 == 0 else "p even (half the ranks lead each direction)"
 
 
 DUALPIPE = ScheduleSpec(

@@ -24,6 +24,7 @@ from __future__ import annotations
 from ..core.ir import Action, B, F, Schedule, W, build, vshape
 from .one_f_one_b import one_stage_peak
 from .spec import BubbleForm, PassTimes, ScheduleSpec, close, no_comm, v_hops
+from ..core.objective import Objective
 
 
 def zb_v(p: int, m: int) -> Schedule:
@@ -77,7 +78,7 @@ def _bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleForm:
     if m < 2 * p - 1:
         failed.append("m < 2p-1")
     cond = "identical stages, comm 0, m >= 2p-1, F = B = W"
-    if objective == "span":
+    if Objective.parse(objective) is Objective.SPAN:
         return BubbleForm(0.0, "0", cond, failed, 2 * p - 1)
     return BubbleForm((p - 1) * t.F / 2, "(p-1)F/2", cond, failed, 2 * p - 1)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..core.ir import Action, B, F, Schedule, W, build, linear
 from .one_f_one_b import one_stage_peak
 from .spec import BubbleForm, PassTimes, ScheduleSpec, exceeds, no_comm
+from ..core.objective import Objective
 
 
 def _split_backward_1f1b(r: int, m: int, warmup: int, held: int) -> list[Action]:
@@ -83,7 +84,7 @@ def _h2_bubble(p: int, m: int, v: int, t: PassTimes, objective: str) -> BubbleFo
     if m < 2 * p - 1:
         failed.append("m < 2p-1")
     cond = "identical stages, m >= 2p-1, W <= F, 2W <= F+B, 2c <= F+B"
-    if objective == "span":
+    if Objective.parse(objective) is Objective.SPAN:
         return BubbleForm((p - 1) * (F + B + 2 * c - 2 * W), "(p-1)(F+B+2c-2W)", cond, failed, 2 * p - 1)
     return BubbleForm((p - 1) * max(F + c, F + B + 2 * c - 2 * W), "(p-1)max(F+c, F+B+2c-2W)", cond, failed,
                       2 * p - 1)

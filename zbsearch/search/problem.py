@@ -9,17 +9,20 @@ so splitting never loses a schedule (it can only find more).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Sequence
 
-from ..core.errors import PreconditionError, ProfileError, ZbsearchError
-from ..core.ir import Action, Kind, Placement, Schedule, build, dualpipe, interleaved, linear, vshape
-from ..core.memory import MemoryLimit, check_feasible
+from ..core.errors import PreconditionError, ProfileError
+from ..core.ir import Action, Kind, Placement, Schedule, build
+from ..core.memory import (DEFAULT_HEADROOM, MemoryLimit, activation_need, check_feasible, parse_mem_limit,
+                           short_of)
+from ..core.objective import Objective
+from ..core.placement import parse_placement
 from ..core.profile import Profile
-from ..sim.simulate import dependencies, memory_delta
-
-OBJECTIVES = ("makespan", "span")
+from ..core.stage_cost import StageCost
+from ..schedules.dualpipe import DUALPIPE
+from ..sim.simulate import memory_delta, route_inputs
 
 
 @dataclass(frozen=True)
@@ -34,40 +37,12 @@ class Pass:
     free: float  # memory freed at end
 
 
-def parse_placement(text: str, p: int) -> Placement:
-    """`linear`, `interleaved:V` (V chunks per rank, looped), `v` (V-shape, 2 chunks per rank) or
-    `dualpipe` (two model copies in opposite directions, 2 chunks per rank; p even)."""
-    t = text.strip().lower()
-    if t == "linear":
-        return linear(p)
-    if t in ("v", "v-shape", "vshape"):
-        return vshape(p)
-    if t == "dualpipe":
-        need = placement_problem(t, p, None)
-        if need:
-            raise PreconditionError(f"placement 'dualpipe' needs {need}; got p={p}")
-        return dualpipe(p)
-    if t.startswith("interleaved"):
-        _, _, v = t.partition(":")
-        try:
-            chunks = int(v) if v else 2
-        except ValueError:
-            chunks = 0
-        if chunks < 1:
-            raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, "
-                                "e.g. interleaved:2")
-        return interleaved(p, chunks)
-    raise ZbsearchError(f"placement {text!r} is not known: use one of linear, interleaved:V, v, dualpipe, auto")
-
-
 def placement_problem(name: str, p: int, m: int | None) -> str | None:
     """What the named placement needs that p ranks and m microbatches (None: not checked) lack, with the
     reason, or None. Only `dualpipe` has needs: DualPipe's own (an even p, so half the ranks lead each
     direction, and its microbatch rule), as its ScheduleSpec states them."""
     if name.strip().lower() != "dualpipe":
         return None
-    from ..schedules.dualpipe import DUALPIPE
-
     need = DUALPIPE.ranks_rule(p)
     if need or m is None:
         return need
@@ -81,11 +56,10 @@ class Problem:
     placement: Placement
     num_microbatches: int
     limit: MemoryLimit
-    objective: str = "makespan"
+    objective: Objective = Objective.MAKESPAN  # a word ("span") is taken and read as its member
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ZbsearchError(f"objective {self.objective!r} is not known: use one of {', '.join(OBJECTIVES)}")
+        object.__setattr__(self, "objective", Objective.parse(self.objective))
         if self.placement.num_ranks != self.profile.num_stages:
             raise ProfileError(
                 f"profile {self.profile.label} has {self.profile.num_stages} stages but placement "
@@ -100,35 +74,54 @@ class Problem:
         return build(name, self.placement, self.num_microbatches, ranks, **meta)
 
     @cached_property
+    def chunk_costs(self) -> tuple[StageCost, ...]:
+        """Each chunk's per-microbatch cost as it runs (Profile.chunk_cost: the runtime's overhead and the
+        profile's memory model applied), read from the profile once: every engine reads these."""
+        return tuple(self.profile.chunk_cost(self.placement, c) for c in range(self.placement.num_chunks))
+
+    @cached_property
+    def hops(self) -> dict[tuple[int, int], float]:
+        """Time between two chunks adjacent on some route, either way (Profile.hop), for every such pair:
+        an activation goes down the route, its gradient back up."""
+        pl, out = self.placement, {}
+        for route in pl.routes:
+            for a, b in zip(route, route[1:]):
+                out[(a, b)] = out[(b, a)] = self.profile.hop(pl, a, b)
+        return out
+
+    def hop(self, src_chunk: int, dst_chunk: int) -> float:
+        """An activation's (or its gradient's) time between two chunks adjacent on a route."""
+        return self.hops[(src_chunk, dst_chunk)]
+
+    @cached_property
     def passes(self) -> tuple[Pass, ...]:
         """Every F, B and W of every microbatch on every chunk of its route, each microbatch's passes
         in dependency order."""
         out = []
-        m, pl, prof = self.num_microbatches, self.placement, self.profile
-        shell = build("problem", pl, m, [[] for _ in range(pl.num_ranks)])
+        m, pl, costs, hops = self.num_microbatches, self.placement, self.chunk_costs, self.hops
         for i in range(m):
             route = pl.route(i, m)
             # Producers before consumers: forwards down the route, backwards up it, then the Ws.
             order = [(c, Kind.F) for c in route] + [(c, Kind.B) for c in reversed(route)] + [(c, Kind.W) for c in route]
             for c, kind in order:
-                cost = prof.chunk_cost(pl, c)
-                dur = {Kind.F: cost.F, Kind.B: cost.B, Kind.W: cost.W}[kind]
+                cost = costs[c]
                 a = Action(c, kind, i)
-                ins = tuple((_producer(key), hop) for key, hop in dependencies(shell, prof, a))
+                ins = tuple((_producer(key), hop) for key, hop in route_inputs(route, a, lambda x, y: hops[(x, y)]))
                 alloc, free = memory_delta(cost, kind)
-                out.append(Pass(a, pl.chunk_to_rank[c], dur, ins, alloc, free))
+                out.append(Pass(a, pl.chunk_to_rank[c], {Kind.F: cost.F, Kind.B: cost.B, Kind.W: cost.W}[kind],
+                                ins, alloc, free))
         return tuple(out)
 
     def check_feasible(self) -> None:
-        """Raise InfeasibleError stating the smallest feasible limit when this one is below it."""
-        check_feasible(self.profile, self.placement, self.limit)
+        """Raise InfeasibleError stating the smallest feasible limit when this one is below it (read off
+        the chunk costs held here; the profile is read again only to word the error)."""
+        if any(short_of(activation_need(self.chunk_costs, self.placement), self.limit)):
+            check_feasible(self.profile, self.placement, self.limit)
 
 
-def make_problem(profile: Profile, mem_limit: str | None, objective: str = "makespan", placement: str = "linear",
+def make_problem(profile: Profile, mem_limit: str | None, objective: Objective | str = Objective.MAKESPAN, placement: str = "linear",
                  headroom: float | None = None) -> Problem:
     """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
-    from ..core.memory import DEFAULT_HEADROOM, parse_mem_limit
-
     p, m = profile.num_stages, profile.microbatches
     chosen = parse_placement(placement, p)
     need = placement_problem(placement, p, m)
@@ -138,7 +131,7 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: str = "make
     return Problem(profile, chosen, m, limit, objective)
 
 
-def make_problems(profile: Profile, mem_limit: str | None, objective: str, placement: str,
+def make_problems(profile: Profile, mem_limit: str | None, objective: Objective | str, placement: str,
                   auto: tuple[str, ...] = ("linear", "v"), headroom: float | None = None) -> list[Problem]:
     """One problem per placement to try: `auto` tries each of `auto` that applies to the profile's p and
     m (see placement_problem), anything else just itself."""
@@ -156,18 +149,14 @@ def _producer(key: tuple[int, str, int]) -> Action:
 
 def on_grid(problem: Problem, step: float) -> Problem:
     """The same problem with every chunk's pass times and every hop divided by `step` and rounded
-    down to integers: a relaxation of the real problem (see cpsat.py for why)."""
-    from dataclasses import replace
-
-    from ..core.profile import StageCost
+    down to integers: a relaxation of the real problem (see exact/cpsat.py for why)."""
 
     def down(x: float) -> float:
         return float(math.floor(x / step + 1e-9))
 
-    prof, pl = problem.profile, problem.placement
+    prof = problem.profile
     chunks = []
-    for c in range(pl.num_chunks):
-        cost = prof.chunk_cost(pl, c)
+    for cost in problem.chunk_costs:
         chunks.append(StageCost(down(cost.F), down(cost.B), down(cost.W), cost.mem_B, cost.mem_W))
     # The chunks already carry the overhead and the memory model: the grid profile must not add them again.
     grid_profile = replace(prof, chunks=tuple(chunks), comm=tuple(down(c) for c in prof.comm),

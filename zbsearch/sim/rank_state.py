@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..core.ir import Kind
-from ..core.profile import StageCost
+from ..core.stage_cost import StageCost
 
 
 @dataclass(slots=True)

@@ -17,11 +17,12 @@ the greedy engines advance too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
-from ..core.profile import Profile, StageCost
+from ..core.profile import Profile
+from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
 
 __all__ = ["Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
@@ -114,13 +115,21 @@ def dependencies(schedule: Schedule, profile: Profile | None, action: Action) ->
     """Data inputs of one compute pass: (key of the producing pass, hop time). Keys are
     (chunk, 'F' | 'BWD' | 'W', microbatch); 'BWD' is whichever backward (I or full) the chunk ran."""
     placement = schedule.placement
-    c, i = action.chunk, action.microbatch
-    route = placement.route(i, schedule.num_microbatches)
-    k = route.index(c)
+    route = placement.route(action.microbatch, schedule.num_microbatches)
 
     def hop(a: int, b: int) -> float:
         return profile.hop(placement, a, b) if profile is not None else 0.0
 
+    return route_inputs(route, action, hop)
+
+
+def route_inputs(route: Sequence[int], action: Action,
+                 hop: Callable[[int, int], float]) -> list[tuple[tuple[int, str, int], float]]:
+    """`dependencies` on the microbatch's route, with `hop(src_chunk, dst_chunk)` the time between
+    chunks: a forward waits on the previous chunk's forward, a backward on its own forward and the next
+    chunk's backward, a W on its own backward."""
+    c, i = action.chunk, action.microbatch
+    k = route.index(c)
     if action.kind is Kind.F:
         return [((route[k - 1], "F", i), hop(route[k - 1], c))] if k > 0 else []
     if action.kind in (Kind.B, Kind.FULL_B):

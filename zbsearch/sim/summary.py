@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from ..core.memory import MemoryLimit
 from .simulate import Timeline
+from ..core.objective import Objective
 
 # Written by to_dict only when set, after every other key (the JSON has them only when asked for).
 _OPTIONAL_KEYS = ("memory_curve_per_rank", "reason")
@@ -68,17 +69,18 @@ class Summary:
         """The busiest rank's peak, in multiples of its stage mem_B."""
         return max(self.peak_memory_per_rank)
 
-    def bubble_rate(self, objective: str) -> float:
+    def bubble_rate(self, objective: Objective | str) -> float:
         """The bubble rate under `objective` (makespan or span)."""
-        return self.bubble_rate_makespan if objective == "makespan" else self.bubble_rate_span
+        return self.bubble_rate_makespan if Objective.parse(objective) is Objective.MAKESPAN else self.bubble_rate_span
 
-    def schedule_share(self, objective: str) -> float:
+    def schedule_share(self, objective: Objective | str) -> float:
         """The part of the bubble under `objective` that the schedule adds to the imbalance."""
-        return self.schedule_share_makespan if objective == "makespan" else self.schedule_share_span
+        return self.schedule_share_makespan if Objective.parse(objective) is Objective.MAKESPAN \
+            else self.schedule_share_span
 
-    def cost(self, objective: str) -> float:
+    def cost(self, objective: Objective | str) -> float:
         """The makespan or the span, as `objective` says."""
-        return self.makespan if objective == "makespan" else self.span
+        return Objective.parse(objective).of(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict: every field in order, the optional ones only when set."""

@@ -1,0 +1,379 @@
+"""What runs in each process of `zbsearch run`: the model, the single-process reference, torch's
+pipelining runtime on this rank's stages, and the checks and timings of every step.
+
+The launcher (runtime.py) pickles one `Job` to every process; each writes `rank<r>.json` into the job's
+folder, and the launcher reads them back. Measured times are in seconds. torch is imported only here,
+and only when a model is built or a worker starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from ...core.errors import DependencyError, RunError
+from ...core.ir import Schedule
+from .model import ModelPlan
+from ..formats.torch_import import INSTALL_HINT
+from .probe import pingpong
+from .build import build_profiled
+from .probe import MemoryProbe
+
+MODELS = ("mlp", "gpt-tiny")
+# float64 model: the pipeline and the reference differ only by summation order.
+RTOL, ATOL = 1e-7, 1e-10
+MLP_WIDTH = 16
+GPT = {"vocab": 64, "width": 32, "heads": 2, "seq": 8}
+
+Event = tuple[str, int, float, float]  # torch's kind letter, stage, start, end (perf_counter seconds)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker process needs (pickled to each spawned process)."""
+
+    schedule: Schedule
+    csv_path: str
+    out_dir: str
+    port: int
+    backend: str
+    model: str
+    steps: int
+    seed: int
+    microbatch_size: int
+    timeout_s: float
+    csv_format: str = "compute_only"
+    warmup: int = 0  # untimed steps before the `steps` timed ones
+    device: str = "cpu"  # cpu, or cuda (one GPU per rank: cuda:<rank>)
+    plan: ModelPlan | None = None  # the profiled model; None: the built-in `model`
+    pingpong_sizes: tuple[int, ...] = ()  # message sizes to time between ranks 0 and 1 first (probe.py)
+    track_memory: bool = False  # one more, untimed step that records the activation memory held (probe.py)
+    pin_cpu: bool = False  # pin rank r's process (and its threads) to the r-th CPU it may run on, round robin
+
+
+# -- the models ----------------------------------------------------------------------------------
+
+def require_torch() -> Any:
+    """torch with its pipelining package, or a DependencyError saying how to install it."""
+    try:
+        import torch
+        import torch.distributed.pipelining  # noqa: F401
+    except ImportError:
+        raise DependencyError(f"zbsearch run needs torch, which is not installed: {INSTALL_HINT}") from None
+    return torch
+
+
+def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
+    """The model cut into `num_chunks` float64 modules, identical in every process for one seed."""
+    torch = require_torch()
+    nn = torch.nn
+    torch.manual_seed(seed)
+    if model == "mlp":
+        chunks = [nn.Sequential(nn.Linear(MLP_WIDTH, MLP_WIDTH), nn.Tanh()) for _ in range(num_chunks)]
+    elif model == "gpt-tiny":
+        chunks = [_gpt_chunk(torch, first=c == 0, last=c == num_chunks - 1) for c in range(num_chunks)]
+    else:
+        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}")
+    return [c.double() for c in chunks]
+
+
+def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
+    """One transformer block, with the embeddings in front on the first chunk and the head behind on
+    the last."""
+    nn, F = torch.nn, torch.nn.functional
+    V, D, H, T = GPT["vocab"], GPT["width"], GPT["heads"], GPT["seq"]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+            self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+        def forward(self, x: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+            q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, D))
+            return x + self.mlp(self.ln2(x))
+
+    class Chunk(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            if first:
+                self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+            self.block = Block()
+            if last:
+                self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V)
+
+        def forward(self, x: Any) -> Any:
+            if first:
+                x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+            x = self.block(x)
+            return self.head(self.ln_f(x)) if last else x
+
+    return Chunk()
+
+
+def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: int) -> tuple[Any, Any]:
+    """Inputs and targets for one iteration, identical in every process."""
+    torch = require_torch()
+    g = torch.Generator().manual_seed(seed + 1)
+    n = num_microbatches * microbatch_size
+    if model == "mlp":
+        return (torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64),
+                torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64))
+    V, T = GPT["vocab"], GPT["seq"]
+    return torch.randint(0, V, (n, T), generator=g), torch.randint(0, V, (n, T), generator=g)
+
+
+def loss_function(model: str) -> Callable[[Any, Any], Any]:
+    torch = require_torch()
+    F = torch.nn.functional
+    if model == "mlp":
+        return F.mse_loss
+    return lambda logits, target: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+# -- checks against the reference -----------------------------------------------------------------
+
+def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Callable,
+              dtype: Any = None) -> tuple[list[Any], float]:
+    """The single-process reference: a copy of the whole model (in `dtype` when given, e.g. float64), the
+    mean of the microbatch losses, one backward. Returns the copy (its parameters hold the reference
+    gradients) and the loss."""
+    reference = copy.deepcopy(chunks)
+    if dtype is not None:
+        reference = [c.to(dtype) for c in reference]
+        x = x.to(dtype) if x.is_floating_point() else x
+    losses = []
+    for xi, yi in zip(x.chunk(m), y.chunk(m)):
+        out = xi
+        for chunk in reference:
+            out = chunk(out)
+        losses.append(loss_fn(out, yi))
+    total = torch.stack(losses).mean()
+    total.backward()
+    return reference, float(total.detach())
+
+
+def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: list[str],
+                  tolerance: float | None = None) -> tuple[float, int, float]:
+    """Append a problem for every parameter whose gradient is missing or differs from the reference;
+    return the largest absolute difference, the number of parameters compared and the largest relative
+    L2 error. `tolerance` None: same dtype, `allclose` (RTOL, ATOL); else the largest relative L2 error
+    allowed against a higher-precision reference."""
+    worst, count, worst_rel = 0.0, 0, 0.0
+    for (name, p), (_, q) in zip(chunk.named_parameters(), reference.named_parameters()):
+        count += 1
+        if p.grad is None:
+            problems.append(f"{where} parameter {name} got no gradient")
+            continue
+        g, r = p.grad.to(q.grad.dtype), q.grad
+        diff = float((g - r).abs().max()) if g.numel() else 0.0
+        error, norm = float((g - r).norm()), float(r.norm())
+        rel = error / max(norm, 1e-300)  # finite, so that the result stays valid JSON
+        worst, worst_rel = max(worst, diff), max(worst_rel, rel)
+        if tolerance is None:
+            ok = torch.allclose(g, r, rtol=RTOL, atol=ATOL)
+        else:
+            ok = error <= tolerance * norm + ATOL * math.sqrt(g.numel())
+        if not ok:
+            problems.append(f"{where} parameter {name} gradient differs from the reference (max |diff| {diff:.3g}, "
+                            f"relative error {rel:.3g})")
+    return worst, count, worst_rel
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+def _timed(torch: Any, fn: Callable, record: Callable[[str, int, Any, Any], None], kind_of: Callable[..., str],
+           stage: int, cuda: bool) -> Callable:
+    """`fn` timed: perf_counter on a CPU; on a GPU, CUDA events recorded around it (read after the step,
+    so timing never synchronizes the device)."""
+    def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
+        if cuda:
+            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0.record()
+            out = fn(mb, *args, **kwargs)
+            t1.record()
+        else:
+            t0 = time.perf_counter()
+            out = fn(mb, *args, **kwargs)
+            t1 = time.perf_counter()
+        record(kind_of(*args, **kwargs), stage, t0, t1)
+        return out
+    return wrapper
+
+
+def _full_backward(loss: Any = None, full_backward: bool = True, last_backward: bool = False) -> str:
+    return "B" if full_backward else "I"
+
+
+def _instrument(torch: Any, stages: list[Any], record: Callable[[str, int, Any, Any], None], cuda: bool) -> None:
+    """Time every stage's own compute calls, so a wait for a receive is not counted."""
+    for st in stages:
+        st.forward_one_chunk = _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, cuda)
+        st.backward_one_chunk = _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, cuda)
+        st.backward_weight_one_chunk = _timed(torch, st.backward_weight_one_chunk, record,
+                                              lambda *a, **k: "W", st.stage_index, cuda)
+
+
+class _RankRun:
+    """One rank: its stages on torch's runtime and the reference, stepped and checked step by step."""
+
+    def __init__(self, torch: Any, dist: Any, rank: int, job: Job, device: Any) -> None:
+        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+        self.torch, self.dist, self.rank, self.job = torch, dist, rank, job
+        placement = job.schedule.placement
+        n, m = placement.num_chunks, job.schedule.num_microbatches
+        self.mine = sorted(placement.chunks_on(rank))
+        self.check = job.plan is None or job.plan.check
+        self.tolerance = None if job.plan is None else job.plan.tolerance
+        self.chunks, self.x, self.y, loss_fn = self._model(n, m, device)
+        self.reference, self.reference_loss = None, None
+        if self.check:  # a profiled model is checked against a float64 copy of itself
+            self.reference, self.reference_loss = reference(
+                torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
+
+        self.stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
+        self.runtime = _PipelineScheduleRuntime(self.stages, m, loss_fn=loss_fn, scale_grads=True)
+        self.runtime._load_csv(job.csv_path, format=job.csv_format)
+        self.sync = device.type == "cuda"
+        self.device = device
+        self.events: list[Event] = []
+        self.probe: Any = None  # a probe.MemoryProbe during the memory step
+        self.memory_peak: float | None = None
+        _instrument(torch, self.stages, self._record, self.sync)
+
+        self.has_first, self.has_last = 0 in self.mine, n - 1 in self.mine
+        self.problems: list[str] = []
+        self.max_diff, self.max_rel, self.checked, self.loss = 0.0, 0.0, 0, float("nan")
+        self.step_seconds: list[float] = []
+        self.timed: list[Event] = []
+
+    def _model(self, n: int, m: int, device: Any) -> tuple[list[Any], Any, Any, Callable]:
+        """(chunks, inputs, targets, loss): the built-in model, or the profiled one (only this rank's
+        chunks when there is no reference to compute)."""
+        job = self.job
+        if job.plan is None:
+            chunks = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
+            x, y = (t.to(device) for t in make_batch(job.model, m, job.microbatch_size, job.seed))
+            return chunks, x, y, loss_function(job.model)
+
+        return build_profiled(job.plan, m, job.seed, device, set(range(n)) if self.check else set(self.mine))
+
+    def _record(self, kind: str, stage: int, t0: Any, t1: Any) -> None:
+        self.events.append((kind, stage, t0, t1))
+        if self.probe is not None:
+            self.probe.sample()
+
+    def _arguments(self, losses: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        for c in self.mine:
+            for p in self.chunks[c].parameters():
+                p.grad = None
+        args = (self.x,) if self.has_first else ()
+        kwargs = {"target": self.y, "losses": losses} if self.has_last else {}
+        return args, kwargs
+
+    def memory_step(self) -> None:
+        """One more, untimed iteration that records the activation memory this rank holds (probe.py)."""
+
+        args, kwargs = self._arguments([])
+        self.probe = MemoryProbe(self.torch, self.stages, self.device)
+        self.dist.barrier()
+        with self.probe.hooks():
+            self.runtime.step(*args, **kwargs)
+        self.memory_peak, self.probe = self.probe.finish(), None
+
+    def step(self, step: int) -> None:
+        """One iteration on torch's runtime, timed, then checked against the reference."""
+        losses: list[Any] = []
+        args, kwargs = self._arguments(losses)
+        self.events.clear()
+        self.dist.barrier()
+        t0 = time.perf_counter()
+        self.runtime.step(*args, **kwargs)
+        if self.sync:
+            self.torch.cuda.synchronize()
+            self.events[:] = [(k, s, 0.0, a.elapsed_time(b) / 1e3) for k, s, a, b in self.events]
+        self.step_seconds.append(time.perf_counter() - t0)
+        if step >= self.job.warmup:  # warm-up steps infer shapes and allocate: not pass times worth reporting
+            self.timed.extend(self.events)
+        self._check(step, losses)
+
+    def _check(self, step: int, losses: list[Any]) -> None:
+        if self.has_last:
+            self.loss = float(self.torch.stack(losses).detach().double().mean())
+        if not self.check:
+            return
+        rel, abs_tol = (RTOL, ATOL) if self.tolerance is None else (self.tolerance, 0.0)
+        if self.has_last and not math.isclose(self.loss, self.reference_loss, rel_tol=rel, abs_tol=abs_tol):
+            self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference {self.reference_loss!r}")
+        for c in self.mine:
+            diff, count, worst_rel = compare_grads(self.torch, self.chunks[c], self.reference[c],
+                                                   f"step {step}: stage {c}", self.problems, self.tolerance)
+            self.max_diff, self.max_rel = max(self.max_diff, diff), max(self.max_rel, worst_rel)
+            self.checked += count if step == 0 else 0
+
+    def result(self) -> dict[str, Any]:
+        """What the launcher reads back from rank<r>.json."""
+        return {
+            "rank": self.rank, "stages": self.mine, "problems": self.problems, "checked": self.check,
+            "max_grad_diff": self.max_diff, "max_grad_rel_error": self.max_rel,
+            "parameters_checked": self.checked, "loss": self.loss if self.has_last else None,
+            "reference_loss": self.reference_loss, "step_seconds": self.step_seconds,
+            "events": [[k, s, t1 - t0] for k, s, t0, t1 in self.timed],
+            "memory_peak_bytes": self.memory_peak,
+        }
+
+
+def _pin(rank: int) -> list[int] | None:
+    """Pin this process to one of the CPUs it may use (rank r to the r-th, round robin); the CPUs it ends
+    up on, or None where the platform cannot pin (os.sched_setaffinity is Linux-only)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[rank % len(allowed)]})
+    return sorted(os.sched_getaffinity(0))
+
+
+def worker(rank: int, job: Job) -> None:
+    """One process of a run (torch.multiprocessing passes the rank): join the group, step, write
+    rank<r>.json into the job's folder."""
+    torch = require_torch()
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    cpus = _pin(rank) if job.pin_cpu else None
+    # The launcher reports a failure in one line; torch's runtime would also log the whole schedule.
+    logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
+    device = torch.device(f"cuda:{rank}") if job.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{job.port}", rank=rank,
+                            world_size=job.schedule.placement.num_ranks, timeout=timedelta(seconds=job.timeout_s))
+    try:
+        run = _RankRun(torch, dist, rank, job, device)
+        pings = None
+        if job.pingpong_sizes:
+
+            pings = pingpong(torch, dist, rank, job.pingpong_sizes, device)
+        for step in range(job.warmup + job.steps):
+            run.step(step)
+        if job.track_memory:
+            run.memory_step()
+        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps({**run.result(), "pingpong": pings, "cpus": cpus}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,84 @@
+"""Where a search spends its time: every share of the time limit and every state cap, in one record.
+
+A solve (search/solve/driver.py) with time limit T, in order:
+
+1. the heuristic start: every greedy variant and handcrafted schedule on the placement (not timed; a
+   second or two at p=32, m=256);
+2. the rank bounds, whose deepest-rank window walk may take `nest_share` x T; where the profile lets
+   passes pair or fuse, the bound is taken a second time on the relaxed passes, with another
+   `nest_share` x T;
+3. better starts, only while the start is above the bound: the per-rank tuned list greedy for
+   `tune_share` x T, then on chunked placements under a limit the periodic start for
+   `periodic_share` x T;
+4. CP-SAT on a refining grid, then the large-neighbourhood search, until (1 - `reserve`) x T - 0.5 s;
+   a model is skipped when fewer than `cpsat_seconds_per_pass` seconds per pass are left;
+5. the last `reserve` x T: re-timing and validating what CP-SAT returned.
+
+Each phase stops early when it settles, and what it leaves goes to the next. In the worst case (a
+relaxed bound walked to its deadline twice, both starts running out) 2 x 0.30 + 0.15 + 0.10 + 0.10 =
+0.95 of T is spoken for before CP-SAT starts; with the bound taken once, 0.65.
+
+A partition search (search/partition/search.py) with time limit T scores splits with the heuristics
+until `split_search_share` x T, polishes the best with `solve` until (1 - `split_bound_share`) x T,
+and tightens the bound over every split in what is left.
+
+Every share below names the command that measured it; run it on another machine to check the share
+holds there. `BUDGET` is the default every phase reads; `solve(..., budget=...)` takes another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Shares are fractions of the caller's time limit; caps are counts of states or seconds."""
+
+    # Kept back for re-timing and validating CP-SAT's answer at the end.
+    reserve: float = 0.10
+    # CP-SAT cannot stop before its presolve and first full-model search are done: about 2.9 ms per
+    # pass (26.6 s at p=32, m=96: 9,216 passes; `python bench/solve_bench.py --only v-large`). With
+    # less time left than this per pass, the model is skipped rather than overrun.
+    cpsat_seconds_per_pass: float = 0.003
+    # The per-rank tuning of the list greedy (greedy/tune.py); it stops sooner when its search
+    # settles, in about a second on p=8, m=25 (`python bench/solve_bench.py --only hetero-random`).
+    tune_share: float = 0.15
+    # The periodic start (greedy/modulo.py), where it applies (chunked placements under a limit).
+    periodic_share: float = 0.10
+    # The deepest rank's window walk (bounds/window_nesting.py): on the paper's V-shape at 1p it proves
+    # the start optimal in 0.1 s (p=16, m=48) to about 5 s (p=32, m=256) (`python bench/solve_bench.py
+    # --only v-large`).
+    nest_share: float = 0.30
+    # The partition search's scoring of splits before the best go to the solver, and the share kept for
+    # the bound over every split at the end (`python bench/partition_study.py`).
+    split_search_share: float = 0.45
+    split_bound_share: float = 0.15
+    # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve: well under a second
+    # per rank in CPython.
+    rank_walk_states: int = 20_000
+    # The same walk in the partition search, ten times solve's: each rank is walked once however many
+    # splits hold it. On the partition study's V-shapes it raised the bound over every split
+    # (deepseek-v2-lite 42 GiB 911.0 -> 947.2 ms; `python bench/partition_study.py`).
+    split_rank_walk_states: int = 200_000
+    # The window nesting's walk of each rank but the deepest, and of the deepest: a chain of several
+    # chunks (bounded by the caller's deadline, else `deepest_seconds`) or one chunk (no deadline).
+    nesting_walk_states: int = 10_000
+    deepest_walk_states: int = 50_000_000
+    deepest_one_chunk_states: int = 100_000
+    deepest_seconds: float = 3.0
+    # The exact start- and end-idle combinations a rank bound enumerates before it falls back to the
+    # per-chunk relaxation (bounds/analytic.py).
+    exact_combinations: int = 2_000
+
+    def worst_before_cpsat(self, relaxed: bool) -> float:
+        """The share of the time limit the phases before CP-SAT and the reserve may take at most.
+
+        >>> round(Budget().worst_before_cpsat(relaxed=True), 2), round(Budget().worst_before_cpsat(False), 2)
+        (0.95, 0.65)
+        """
+        nest = self.nest_share * (2 if relaxed else 1)
+        return nest + self.tune_share + self.periodic_share + self.reserve
+
+
+BUDGET = Budget()

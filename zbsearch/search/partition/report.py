@@ -1,0 +1,48 @@
+"""What a plan's split looks like, rank by rank: the layers of each chunk, static bytes, peak
+activation bytes and their sum against the cap. One record for the terminal, JSON and the study."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...sim.simulate import Timeline
+from ..solve.report import SolveResult
+
+
+def rank_totals(timeline: Timeline) -> list[float]:
+    """Each rank's whole memory at its peak: static bytes plus peak activations."""
+    stages = timeline.profile.stages
+    return [(stages[r].static_bytes or 0.0) + timeline.peak_memory(r) for r in range(timeline.num_ranks)]
+
+
+def layer_range(names: tuple[str, ...]) -> str:
+    """`tok_embeddings..layers.3` for a chunk's layers (one name when it has one)."""
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+
+
+def split_facts(result: SolveResult, rule: str) -> dict[str, Any]:
+    """The split of a result on a layer-level profile (see core/partition.py), chosen by `rule`, JSON-ready."""
+    problem = result.problem
+    prof, pl, limit = problem.profile, problem.placement, problem.limit
+    assert prof.partition is not None
+    ranks = []
+    for r in range(pl.num_ranks):
+        static = prof.stages[r].static_bytes or 0.0
+        peak = result.timeline.peak_memory(r)
+        cap = limit.per_rank[r] + (static if limit.includes_static else 0.0)
+        ranks.append({
+            "rank": r,
+            "chunks": [{"chunk": c, "layers": list(prof.partition[c])} for c in pl.chunks_on(r)],
+            "static_bytes": static,
+            "peak_activation_bytes": peak,
+            "total_bytes": static + peak,
+            "cap_bytes": cap if limit.includes_static else None,
+            "fits": peak <= limit.per_rank[r] * (1 + 1e-9),
+        })
+    route = pl.routes[0]
+    return {
+        "rule": rule,
+        "layers_per_chunk": [len(prof.partition[c]) for c in route],
+        "chunks": [list(prof.partition[c]) for c in range(pl.num_chunks)],
+        "ranks": ranks,
+    }

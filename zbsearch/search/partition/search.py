@@ -1,0 +1,327 @@
+"""Choose the split of a model's layers, the placement and the schedule together, under a memory cap.
+
+The method, per placement: score candidate splits (even, the chunk-time DP, the rank-balanced DP,
+memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
+(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory);
+then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
+smallest and never one whose bound cannot beat the best, while they improve the score and time
+allows; then polish with the full solver (CP-SAT) the best split and, of those within NEAR of it, the
+one of least own bound, each for a time in proportion to what it could still gain (its heuristic's
+distance to its own bound). The answer's lower bound is the
+bound over every split (partition/bounds.py, tightened by partition/enumerate.py in the time kept for it), so
+its gap says how far it is from the best plan of any partition.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from ...core.errors import InfeasibleError, PartitionError
+from ...core.ir import Placement
+from ...core.objective import Objective, Status
+from ...core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
+from ...core.partition import check_chunk_counts, partition_profile, route_length, split_meta
+from ...core.profile import Profile
+from ..budget import BUDGET
+from ...core.placement import parse_placement
+from ..problem import Problem
+from ..solve.driver import solve
+from ..solve.grid import OPTIMAL_RTOL
+from ..solve.report import PartitionDetails, Progress, SolveResult
+from ..solve.starts import heuristic_start
+from ...profiling.partition import linear_partition
+from .bounds import least_bound_split, split_bound
+from .enumerate import bound_input, refined_bound
+from .leaf import RankCache
+from .report import rank_totals, split_facts
+from .candidates import (balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced,
+    rank_work, transfers)
+
+# How many of the best splits the solver polishes.
+POLISH = 2
+# The splits after the best that may be polished: those whose heuristic schedule is within this
+# share of the best's (the first NEAR_CANDIDATES by heuristic), least own bound first.
+NEAR = 0.02
+NEAR_CANDIDATES = 40
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """What to search: the profile with layers, the stage count, placements, limit and objective."""
+
+    profile: Profile
+    num_ranks: int
+    placements: tuple[str, ...]
+    mem_limit: str | None
+    objective: Objective = Objective.MAKESPAN  # a word ("span") is taken and read as its member
+    rule: str = "auto"  # auto, even, balanced or fixed:N1,N2,...
+    headroom: float = DEFAULT_HEADROOM
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", Objective.parse(self.objective))
+
+
+@dataclass
+class Scored:
+    """One split on one placement, scored by its best heuristic schedule."""
+
+    placement: Placement
+    counts: tuple[int, ...]
+    origin: str
+    objective: float = math.inf
+    peak: float = math.inf  # the largest rank's static bytes + peak activations
+    problem: Problem | None = None
+
+    @property
+    def key(self) -> tuple[float, float]:
+        return self.objective, self.peak
+
+
+@dataclass
+class SplitSearch:
+    """The search state: every split scored so far, by placement and counts."""
+
+    request: SplitRequest
+    deadline: float
+    scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
+    refused: list[InfeasibleError] = field(default_factory=list)
+    proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
+    ranks: RankCache = field(init=False, repr=False)  # each rank's own bound, once computed
+
+    def __post_init__(self) -> None:
+        self.ranks = RankCache(self.request.profile, self.problem)
+
+    def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
+        """A split's own bound: the analytic one (bounds/analytic.py, rank by rank: partition/leaf.py), or what
+        solving it proved; inf when no schedule of it fits the limit. `chains`: with the walk over each
+        rank's chain of chunks, which costs about ten times as much per rank (the walk gives it only the
+        splits that could set its answer)."""
+        def bound(counts: tuple[int, ...]) -> float:
+            own = self.ranks.bound(placement, counts, chains)
+            return max(own, self.proven.get((placement.name, tuple(counts)), 0.0))
+        return bound
+
+    def problem(self, placement: Placement, counts: Sequence[int]) -> Problem:
+        req = self.request
+        prof = partition_profile(req.profile, placement, counts)
+        limit = parse_mem_limit(req.mem_limit, prof, placement, headroom=req.headroom)
+        return Problem(prof, placement, req.profile.microbatches, limit, req.objective)
+
+    def score(self, placement: Placement, counts: Sequence[int], origin: str) -> Scored:
+        key = (placement.name + str(placement.num_chunks), tuple(counts))
+        if key in self.scored:
+            return self.scored[key]
+        entry = Scored(placement, tuple(counts), origin)
+        try:
+            problem = self.problem(placement, counts)
+            problem.check_feasible()
+            start = heuristic_start(problem)
+        except InfeasibleError as exc:
+            self.refused.append(exc)
+        else:
+            tl = start.timeline
+            entry.objective = start.objective
+            entry.peak = max(tl.peak_memory(r) + (problem.profile.stages[r].static_bytes or 0.0)
+                             for r in range(problem.num_ranks))
+            entry.problem = problem
+        self.scored[key] = entry
+        return entry
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
+    """The named candidate splits of one placement."""
+    layers, k = request.profile.layers or (), route_length(placement)
+    balanced = balanced_counts(layers, k)
+    out = [("even", even_counts(layers, k)), ("balanced", balanced),
+           ("rank-balanced", rank_balanced(layers, balanced, placement))]
+    least = least_bound_split(bound_input(request.profile, placement, request.mem_limit, request.objective,
+                                          request.headroom))
+    if least is not None:
+        out.append(("least-bound", least))
+    cap = byte_cap(request.mem_limit, request.profile, request.headroom)
+    if cap is not None and placement.num_chunks == placement.num_ranks:
+        p, m = placement.num_ranks, request.profile.microbatches
+        for name, flight in (("memory-1f1b", [min(m, p - r) for r in range(p)]),
+                             ("memory-zb-h2", [min(m, 2 * (p - r) - 1) for r in range(p)])):
+            counts = memory_capped_counts(layers, placement, [cap] * p, flight)
+            if counts is not None:
+                out.append((name, counts))
+    return out
+
+
+def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
+    """One-layer transfers from `start` while they improve: the moves whose cheap bound (split_bound)
+    is smallest first (ties: the one that unloads the busiest rank), and none whose bound cannot beat
+    the best."""
+    req = search.request
+    layers = req.profile.layers or ()
+    data = bound_input(req.profile, start.placement, req.mem_limit, req.objective, req.headroom)
+    best = start
+    while time.monotonic() < budget_end:
+        moves = sorted((split_bound(data, c), max(rank_work(layers, c, best.placement)), c)
+                       for c in transfers(best.counts))
+        better = None
+        for own, _, counts in moves:
+            if time.monotonic() >= budget_end or own >= best.objective:
+                break
+            cand = search.score(best.placement, counts, start.origin + " + layer moves")
+            if cand.key < best.key and cand.objective < math.inf:
+                better = cand
+                break
+        if better is None:
+            break
+        best = better
+    return best
+
+
+def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
+                progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """Solve one named split (even, balanced or fixed:...) on each placement; the best wins."""
+    t0 = time.monotonic()
+    results = []
+    search = SplitSearch(request, t0 + time_limit)
+    for k, name in enumerate(request.placements):
+        placement = parse_placement(name, request.num_ranks)
+        _, counts = parse_rule(request.rule, request.profile.layers or (), placement)
+        assert counts is not None
+        share = (time_limit - (time.monotonic() - t0)) / (len(request.placements) - k)
+        try:
+            results.append(solve(search.problem(placement, counts), time_limit=max(share, 0.0), workers=workers,
+                                 seed=seed, progress=progress))
+        except InfeasibleError as exc:
+            search.refused.append(exc)
+    if not results:
+        raise search.refused[0]
+    return _finish(request, results, search, t0, request.rule, None)
+
+
+def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
+                  progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """The joint search: the best split, placement and schedule found within `time_limit`."""
+    if request.rule.strip().lower() != "auto":
+        return fixed_split(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+    t0 = time.monotonic()
+    search = SplitSearch(request, t0 + BUDGET.split_search_share * time_limit)
+    placements = [parse_placement(name, request.num_ranks) for name in request.placements]
+    for placement in placements:
+        k = route_length(placement)
+        if len(request.profile.layers or ()) < k:
+            check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
+        for origin, counts in seed_splits(request, placement):
+            search.score(placement, counts, origin)
+    per_placement = len(placements)
+    for k, placement in enumerate(placements):
+        mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
+        budget_end = time.monotonic() + search.time_left() / (per_placement - k)
+        if mine and mine[0].objective < math.inf:
+            _improve(search, mine[0], budget_end)
+    ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.key)
+    if not ranked:
+        raise _no_split_fits(request, search)
+    if progress:
+        progress(Progress(time.monotonic() - t0, ranked[0].objective, 0.0, "split search"))
+    results: list[SolveResult] = []
+    origins: dict[int, str] = {}
+    chosen = _to_polish(search, ranked)
+    # Each split's time in proportion to how far its heuristic is above its own bound: what the
+    # solver could still gain there.
+    room = [max(entry.objective - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
+    for k, entry in enumerate(chosen):
+        left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
+        share = left * room[k] / sum(room[k:])
+        assert entry.problem is not None
+        results.append(solve(entry.problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
+                             progress=progress))
+        origins[id(results[-1])] = entry.origin
+        search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
+    return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)
+
+
+def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
+    """The splits the solver polishes: the best by its heuristic schedule, then, among those whose
+    heuristic comes within NEAR of it, the ones whose own bound is least. A split the heuristics
+    rate a little worse can still be the better one to solve: the solver can take it down to its
+    bound, and on gpt3-2.7b at 10 GiB the two best heuristic splits had the same bound (473.1 ms) and
+    neither solved below 485.5 ms, while the fourth (486.5 ms, bound 468.6 ms) solves to 480.5 ms."""
+    best = ranked[0]
+    near = [s for s in ranked[1:NEAR_CANDIDATES] if s.objective <= best.objective * (1 + NEAR)]
+    rest = sorted(near, key=lambda s: (search.leaf_bound(s.placement)(s.counts), s.key))
+    return [best] + rest[:POLISH - 1] if rest else ranked[:POLISH]
+
+
+def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
+    prof = request.profile
+    cap = byte_cap(request.mem_limit, prof, request.headroom)
+    if cap is None:
+        return search.refused[0] if search.refused else PartitionError("no split of the layers fits")
+    gib = 2**30
+    layers = prof.layers or ()
+    heavy = max(layers, key=lambda layer: layer.static_bytes + layer.mem_B)
+    need = heavy.static_bytes + heavy.mem_B
+    if need > cap:
+        return InfeasibleError(
+            f"memory limit {request.mem_limit} is infeasible for any split: layer {heavy.name!r} alone needs "
+            f"{need / gib:.3g} GiB (static bytes plus one microbatch of activations) but a rank has "
+            f"{cap / gib:.3g} GiB: raise the limit above {need / gib:.3g} GiB or use more ranks")
+    # One microbatch at a time on one stage per rank: the least cap some split fits is a min-max split
+    # of static bytes plus activations (exact, as the profiler's time DP is for time).
+    per_layer = [layer.static_bytes + layer.mem_B for layer in layers]
+    counts = linear_partition(per_layer, request.num_ranks) if len(layers) >= request.num_ranks else None
+    if counts is None:
+        return search.refused[0] if search.refused else PartitionError("no split of the layers fits")
+    least = max(sum(per_layer[sum(counts[:r]):sum(counts[:r + 1])]) for r in range(len(counts)))
+    return InfeasibleError(
+        f"memory limit {request.mem_limit} is infeasible for every split tried: on one stage per rank the least "
+        f"any split needs is {math.ceil(least / gib * 100) / 100:g} GiB per rank (static bytes plus one "
+        f"microbatch, layers per stage {','.join(map(str, counts))}); raise the limit to at least that")
+
+
+def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: float,
+                       deadline: float | None) -> tuple[float, dict[str, Any]]:
+    """The bound over every split on the request's placements, and how it was reached per placement:
+    the cheap DP alone (deadline None), or tightened split by split until the deadline."""
+    out, how = math.inf, {}
+    for k, name in enumerate(request.placements):
+        placement = parse_placement(name, request.num_ranks)
+        data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom)
+        # An equal share of what is left: a walk that finishes early hands its time to the next.
+        left = len(request.placements) - k
+        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) / left
+        value, visited, complete = refined_bound(data, incumbent, search.leaf_bound(placement), end,
+                                                  search.leaf_bound(placement, chains=True))
+        how[name] = {"bound": value, "splits_bounded": visited, "walk_complete": complete}
+        out = min(out, value)
+    return out, how
+
+
+def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
+            rule: str, deadline: float | None, origins: dict[int, str] | None = None) -> SolveResult:
+    """The best result, with the bound over every split and the split's description; `origins`: where
+    each result's split came from (by id), when the search proposed it."""
+    best = min(results, key=lambda r: (r.objective, max(rank_totals(r.timeline))))
+    any_split, how = any_split_bound_of(request, search, best.objective, deadline)
+    for name, facts in how.items():
+        # The best plan found on each placement beside its bound: where the two stay far apart, the
+        # gap is that placement's, whichever of them is weak.
+        kind = parse_placement(name, request.num_ranks).name
+        found = [s.objective for s in search.scored.values() if s.placement.name == kind]
+        found += [r.objective for r in results if r.problem.placement.name == kind]
+        facts["best_found"] = min(found, default=math.inf)
+    lower, status = best.lower_bound, best.status
+    if rule == "auto":
+        # The best plan over every split on these placements is no better than this bound; the
+        # polished splits' own bounds say nothing about the other splits.
+        lower = min(best.objective, any_split)
+        status = Status.OPTIMAL if best.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+    facts = PartitionDetails(rule, best.lower_bound, any_split, how, len(search.scored), split_facts(best, rule),
+                             (origins or {}).get(id(best)))
+    schedule = replace(best.schedule, meta=dict(best.schedule.meta, partition=split_meta(best.problem.profile)))
+    return replace(best, schedule=schedule, lower_bound=lower, status=status, solve_seconds=time.monotonic() - t0,
+                   details=replace(best.details, partition=facts))
+

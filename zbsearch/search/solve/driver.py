@@ -1,0 +1,159 @@
+"""zbsearch's search: heuristics for a strong start, CP-SAT to improve it, bounds to say how good it is.
+
+solve() never returns anything worse than the best valid heuristic, and everything it returns has
+passed the validator with the exact profile times and the exact memory limit. Its phases, and the share
+of the time limit each may take, are in search/budget.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from ...core.errors import InfeasibleError
+from ...core.objective import Status
+from ..bounds.analytic import RankBound, objective_bound, rank_bounds
+from ..bounds.relaxations import bound_passes, fusion_saves
+from ..budget import BUDGET, Budget
+from ..exact import lns
+from ..problem import Problem
+from .grid import OPTIMAL_RTOL, GridSearch, refine
+from .incumbent import fuse_if_faster, with_backwards_split
+from .report import PlacementOutcome, Progress, SolveDetails, SolveResult
+from .starts import Start, heuristic_start, periodic_applies, periodic_start, tuned_start
+
+AUTO_PLACEMENTS = ("linear", "v")
+# Placements `auto` adds when the user allows a second parameter copy per rank.
+PARAM_COPY_PLACEMENTS = ("dualpipe",)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """The exact passes' rank bounds (what CP-SAT's windows read), the proven lower bound, and why
+    CP-SAT's own bound cannot be trusted here, where it cannot."""
+
+    real: list[RankBound]
+    lower: float
+    distrust: str | None
+    fusing: bool
+
+
+def _bounds(problem: Problem, time_limit: float, budget: Budget) -> _Bounds:
+    """Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
+    fused backward costs less than B and W apart (an action overhead, a measured full backward), a fused
+    one beats the split pair. The proven bound is then the passes' at their shortest
+    (relaxations.bound_passes), and CP-SAT's (its model has neither pairs nor fused backwards) is unused."""
+    real = rank_bounds(problem, problem.passes, deadline=time.monotonic() + budget.nest_share * time_limit)
+    pairs, fusing = problem.profile.gives_overlap, fusion_saves(problem.chunk_costs)
+    distrust = None
+    if pairs:
+        distrust = "not used: the profile gives an F&B overlap time and the CP-SAT model has no pairs"
+    elif fusing:
+        distrust = ("not used: a fused backward costs less than B and W apart here and the CP-SAT model "
+                    "splits every backward")
+    relaxed = real if distrust is None else rank_bounds(
+        problem, bound_passes(problem), deadline=time.monotonic() + budget.nest_share * time_limit)
+    return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
+
+
+def _better_starts(problem: Problem, start: Start, lb: float, time_limit: float, seed: int,
+                   budget: Budget) -> tuple[Start, dict[str, Any]]:
+    """The start, or a better valid one from the per-rank tuned list greedy (for the budget's tune share
+    of the time limit) and, on chunked placements under a limit, the periodic schedule (its periodic
+    share); the start unchanged when it meets the bound already. Also where each came from."""
+    found: dict[str, Any] = {}
+    if start.objective <= lb * (1 + OPTIMAL_RTOL):
+        return start, found
+    start, found["tuned_start"] = tuned_start(problem, start, time.monotonic() + budget.tune_share * time_limit, seed)
+    if start.objective > lb * (1 + OPTIMAL_RTOL) and periodic_applies(problem):
+        start, found["periodic_start"] = periodic_start(
+            problem, start, time.monotonic() + budget.periodic_share * time_limit)
+    return start, found
+
+
+def solve(
+    problem: Problem, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0, resolution: int = 20,
+    progress: Callable[[Progress], None] | None = None, budget: Budget = BUDGET,
+) -> SolveResult:
+    """Find the best schedule for `problem` within `time_limit` seconds, spent as `budget` says. Raises
+    InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
+    t0 = time.monotonic()
+    problem.check_feasible()
+    first = heuristic_start(problem)
+    bounds = _bounds(problem, time_limit, budget)
+    start, origins = _better_starts(problem, first, bounds.lower, time_limit, seed, budget)
+    if progress:
+        progress(Progress(time.monotonic() - t0, start.objective, bounds.lower, "heuristics"))
+    search = GridSearch(problem, bounds.real, t0, time_limit * (1 - budget.reserve) - 0.5, workers, seed,
+                        trust_bound=bounds.distrust is None, progress=progress)
+    run = refine(search, start, bounds.lower, resolution, budget)
+    best, lb = run.best, run.bound
+    lns_stats, lns_not_run = None, None
+    # Where the full model was skipped or stalled on the start, the time left goes to re-solving windows
+    # of it (exact/lns.py). Not after a grid proven optimal: windows on a grid could only win back rounding.
+    stalled = best is start and (not run.rounds or run.rounds[-1].cpsat_status is not Status.OPTIMAL)
+    if stalled and best.objective > lb * (1 + OPTIMAL_RTOL):
+        best, lns_stats, lns_not_run = _improve_by_lns(problem, best, t0 + search.deadline, workers, seed,
+                                                       resolution)
+        if progress and lns_stats is not None and lns_stats.windows:
+            progress(Progress(time.monotonic() - t0, best.objective, lb, "lns"))
+    fused = None
+    if bounds.fusing:
+        best, fused = fuse_if_faster(problem, best)
+    details = SolveDetails(run.cpsat_status, bounds.distrust, origins.get("tuned_start"),
+                           origins.get("periodic_start"), run.rounds, lns_stats, lns_not_run, fused)
+    status = Status.OPTIMAL if best.objective <= lb * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+    improved = best.schedule is not start.schedule
+    meta = dict(best.schedule.meta, solver="zbsearch", start_heuristic=start.name, objective=problem.objective)
+    schedule = replace(best.schedule, name="zbsearch" if improved else start.name, meta=meta)
+    return SolveResult(problem, schedule, best.timeline, best.objective, min(lb, best.objective), status,
+                       time.monotonic() - t0, start.name, start.objective, details)
+
+
+def solve_placements(
+    problems: list[Problem], *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
+    resolution: int = 20, progress: Callable[[Progress], None] | None = None, budget: Budget = BUDGET,
+) -> SolveResult:
+    """Solve the same pipeline under several placements and return the best schedule.
+
+    Each placement gets an equal share of the time still left when its turn comes, so time a
+    placement does not need (it proved its optimum) goes to the next. The lower bound is the smallest
+    of the placements' bounds: the best schedule over all of them is no better than that.
+    """
+    t0 = time.monotonic()
+    results: list[SolveResult] = []
+    refused: list[InfeasibleError] = []
+    for k, problem in enumerate(problems):
+        share = (time_limit - (time.monotonic() - t0)) / (len(problems) - k)
+        try:
+            results.append(solve(problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
+                                 resolution=resolution, progress=progress, budget=budget))
+        except InfeasibleError as exc:
+            refused.append(exc)
+    if not results:
+        raise refused[0]
+    best = min(results, key=lambda r: (r.objective, max(r.timeline.peak_memory(q) for q in range(r.problem.num_ranks))))
+    lower = min(r.lower_bound for r in results)
+    outcomes = {r.problem.placement.name: PlacementOutcome(r.objective, r.lower_bound, r.status) for r in results}
+    return replace(best, lower_bound=lower,
+                   status=Status.OPTIMAL if best.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE,
+                   solve_seconds=time.monotonic() - t0, details=replace(best.details, placements=outcomes))
+
+
+def _improve_by_lns(problem: Problem, best: Start, until: float, workers: int, seed: int,
+                    resolution: int) -> tuple[Start, lns.LnsStats | None, str | None]:
+    """The incumbent after the large-neighbourhood search up to `until` (time.monotonic()), if better,
+    with the search's counts, or why it did not run; unchanged (and no counts) when too little time is
+    left for its first check and one window."""
+    if until - time.monotonic() < 2 * (lns.MIN_SECONDS + lns.overhead(problem)):
+        return best, None, None
+    split = with_backwards_split(best.schedule)
+    known = best.timeline if split.ranks == best.schedule.ranks else None  # validated already, unless split differs
+    found = lns.improve(problem, split, until, timeline=known, workers=workers, seed=seed, resolution=resolution)
+    if found is None:
+        return best, None, "not run: the start is not valid with its backwards split"
+    schedule, timeline, obj, stats = found
+    if obj < best.objective * (1 - 1e-12):
+        return Start(best.name, schedule, timeline, obj), stats, None
+    return best, stats, None

@@ -1,0 +1,195 @@
+"""CP-SAT on a refining time grid: solve on a coarse grid first and, while CP-SAT proves each grid
+optimal and time remains, refine it. Each grid's bound holds for the real problem (the grid is a
+relaxation, exact/cpsat.py), and finer grids lose less time to rounding. Every answer is re-timed with
+the exact durations and validated before it replaces the incumbent."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ...core.ir import Kind, Schedule
+from ...core.objective import Objective, Status
+from ...sim.simulate import Timeline, simulate
+from ...sim.validate import check
+from ..bounds.analytic import RankBound
+from ..budget import Budget
+from ..exact.cpsat import choose_step, orders_from_starts, solve_grid
+from ..problem import Problem, on_grid
+from .incumbent import with_backwards_split
+from .report import GridRound, Progress
+from .starts import Start
+
+# Finest grid the refinement goes to: the shortest pass in this many units.
+MAX_RESOLUTION = 320
+# Models up to this many passes start on the exact grid when there is one (see refine).
+EXACT_FIRST_MAX_PASSES = 600
+# Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
+OPTIMAL_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class GridSearch:
+    """What every grid round shares: the problem, its exact rank bounds, when the solve started and must
+    stop (`deadline` seconds after `t0`), CP-SAT's workers and seed, whether CP-SAT's bound holds for
+    the problem (not where passes may pair or fuse), and who hears of progress."""
+
+    problem: Problem
+    real_bounds: list[RankBound]
+    t0: float
+    deadline: float
+    workers: int
+    seed: int
+    trust_bound: bool
+    progress: Callable[[Progress], None] | None = None
+
+    def left(self) -> float:
+        return self.deadline - (time.monotonic() - self.t0)
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """The incumbent after the rounds, the bound they proved, the rounds, and CP-SAT's last status (or
+    why it did not run)."""
+
+    best: Start
+    bound: float
+    rounds: tuple[GridRound, ...]
+    cpsat_status: str
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: Status
+    bound: float
+    schedule: Schedule | None
+    timeline: Timeline | None
+    wall: float
+    rejected: str | None = None
+    build: float = 0.0
+
+
+def refine(search: GridSearch, best: Start, lb: float, resolution: int, budget: Budget) -> GridRun:
+    """Grid rounds from `resolution` units in the shortest pass, doubling while each is proven optimal,
+    until the incumbent meets the bound or the time is spent."""
+    problem = search.problem
+    rounds: list[GridRound] = []
+    status = "not run"
+    res = resolution
+    if best.objective <= lb * (1 + OPTIMAL_RTOL):
+        return GridRun(best, lb, (), status)
+    # A small model whose times all sit on a common grid goes straight to that grid: only there can
+    # a span be proven optimal (a coarser grid's bound loses a step), and the coarse rounds before it
+    # cost small models more than they save.
+    exact = exact_step(problem) if len(problem.passes) <= EXACT_FIRST_MAX_PASSES else None
+    while best.objective > lb * (1 + OPTIMAL_RTOL) and search.left() > 0.5:
+        if search.left() < len(problem.passes) * budget.cpsat_seconds_per_pass:
+            status = "skipped: too little time left for a model of this size"
+            break
+        step = exact if exact is not None else choose_step(problem, res)
+        outcome = _round(search, best, step, lb)
+        rounds.append(GridRound(step, outcome.status, round(outcome.wall, 2), outcome.rejected))
+        if search.trust_bound:
+            lb = max(lb, outcome.bound)
+        if outcome.timeline is not None and outcome.schedule is not None:
+            obj = problem.objective.of(outcome.timeline)
+            if obj < best.objective * (1 - 1e-12):
+                best = Start(best.name, outcome.schedule, outcome.timeline, obj)
+        if outcome.status is not Status.OPTIMAL or exact is not None or grid_is_exact(problem, step) \
+                or res >= MAX_RESOLUTION:
+            break
+        # A finer grid costs at least another model build, and CP-SAT overruns its limit by about
+        # that much on large models: only refine when the time left is well above it.
+        if search.left() < 3 * outcome.build + 1.0:
+            break
+        res *= 2
+    return GridRun(best, lb, tuple(rounds), rounds[-1].cpsat_status if rounds else status)
+
+
+def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
+    """One CP-SAT solve on the grid of this step, hinted with the incumbent (its overlapped pairs and
+    full backwards split into passes); its orders re-timed and validated with the exact times."""
+    problem = search.problem
+    grid = on_grid(problem, step)
+    split = with_backwards_split(best.schedule)
+    hint = {slot.action: int(round(slot.start)) for slot in simulate(split, grid.profile).iter_slots()}
+    best_tl = best.timeline
+    if any(a.kind is Kind.OVERLAP for rank in best.schedule.ranks for a in rank):
+        best_tl = simulate(split, problem.profile)   # the horizon must hold the hint, whose pairs are apart
+    # Each rank's first pass is pinned no later than its head (cpsat.add_rank_windows). That holds with
+    # one route only: with DualPipe's two, it starts when its input arrives (add_first_start_at_arrival).
+    single = len(problem.placement.routes) == 1
+    caps = [int(math.floor(b.head / step + 1e-9)) for b in search.real_bounds] if single else None
+    slack = None if single else (0 if grid_is_exact(problem, step) else 1)
+
+    def on_solution(elapsed: float, obj: int, bound: int) -> None:
+        if search.progress:
+            shown = max(lb, real_bound(problem, bound, step)) if search.trust_bound else lb
+            search.progress(Progress(time.monotonic() - search.t0, min(best.objective, obj * step), shown,
+                                     f"cp-sat {step:.3g}"))
+
+    result = solve_grid(grid, hint=hint, horizon=horizon(problem, search.real_bounds, best_tl, step),
+                        time_limit=search.left(), workers=search.workers, seed=int(search.seed),
+                        progress=on_solution, first_start_cap=caps, arrival_slack=slack)
+    if result.status is Status.INFEASIBLE:
+        # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
+        # rounding cut it off: say so rather than hide it.
+        return _Outcome(Status.INFEASIBLE, 0.0, None, None, result.wall, "grid model infeasible", result.build)
+    bound = real_bound(problem, result.bound, step)
+    if not result.starts:
+        return _Outcome(result.status, bound, None, None, result.wall, build=result.build)
+    candidate = orders_from_starts(grid, result.starts, "zbsearch")
+    report = check(candidate, problem.profile, problem.limit)
+    if not report.ok:
+        return _Outcome(result.status, bound, None, None, result.wall, report.problems[0], result.build)
+    return _Outcome(result.status, bound, candidate, report.timeline, result.wall, build=result.build)
+
+
+def real_bound(problem: Problem, grid_bound: int, step: float) -> float:
+    """The real-time bound that a grid bound proves (see exact/cpsat.py): the grid is a relaxation, and a
+    span can lose one step at a rank's first start unless every time is an exact multiple of the
+    step, in which case real schedules map onto the grid exactly."""
+    if problem.objective is Objective.MAKESPAN or grid_is_exact(problem, step):
+        return step * grid_bound
+    return step * (grid_bound - 1)
+
+
+def exact_step(problem: Problem) -> float | None:
+    """The coarsest step on which every pass and hop time is a whole number, with at most
+    MAX_RESOLUTION units in the shortest pass; None when there is none."""
+    times = _times(problem)
+    shortest = min(ps.duration for ps in problem.passes if ps.duration > 0)
+    for k in range(1, MAX_RESOLUTION + 1):
+        if _whole(times, shortest / k):
+            return shortest / k
+    return None
+
+
+def grid_is_exact(problem: Problem, step: float) -> bool:
+    return _whole(_times(problem), step)
+
+
+def _times(problem: Problem) -> set[float]:
+    """Every distinct pass and hop time of the problem."""
+    return {ps.duration for ps in problem.passes} | {hop for ps in problem.passes for _, hop in ps.inputs}
+
+
+def _whole(times: set[float], step: float) -> bool:
+    return all(abs(t / step - round(t / step)) < 1e-9 for t in times)
+
+
+def horizon(problem: Problem, real_bounds: list[RankBound], incumbent: Timeline, step: float) -> int:
+    """Latest grid time the model needs. For makespan: the incumbent's. For span: an optimal order
+    run as soon as possible starts each rank at its head (its first pass is microbatch 0's forward)
+    and ends within the incumbent's span after it; with two routes, see below."""
+    if problem.objective is Objective.MAKESPAN:
+        return int(math.ceil(incumbent.makespan / step)) + 1
+    heads = max(b.head for b in real_bounds)
+    if len(problem.placement.routes) > 1:
+        # A rank need not start at its head; its first pass waits for another rank's pass, which ends
+        # within that rank's span of its own first start: a chain over at most p ranks.
+        hop = max(problem.profile.comm, default=0.0)
+        heads = (problem.num_ranks - 1) * (incumbent.span + hop)
+    return int(math.ceil(max(heads + incumbent.span, incumbent.makespan) / step)) + 2

@@ -1,0 +1,205 @@
+"""What `zbsearch solve` reports: the schedule's summary plus how good the search proved it to be.
+
+`SolveReport.to_dict()` is the object `zbsearch solve --json` prints: the summary's keys, then the
+search's (schedule_share last: the objective's bubble less the stage imbalance), then the solver's
+diagnostics (`SolveDetails.to_dict`: cpsat_status, grid_step, grid_rounds, placements, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.ir import Schedule
+from ...core.objective import Objective, Status
+from ...sim.simulate import Timeline
+from ...sim.summary import Summary, summarize
+from ..exact.lns import LnsStats
+from ..problem import Problem
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event: elapsed seconds, the incumbent and the bound in the profile's time unit."""
+
+    elapsed: float
+    incumbent: float
+    bound: float
+    phase: str
+
+
+@dataclass(frozen=True)
+class GridRound:
+    """One CP-SAT call on a time grid: its step, how it ended, its wall time, and why its answer was
+    dropped, where it was."""
+
+    grid_step: float
+    cpsat_status: Status
+    cpsat_seconds: float
+    rejected: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"grid_step": self.grid_step, "cpsat_status": self.cpsat_status,
+                               "cpsat_seconds": self.cpsat_seconds}
+        if self.rejected is not None:
+            out["rejected"] = self.rejected
+        return out
+
+
+@dataclass(frozen=True)
+class PlacementOutcome:
+    """One placement's result in a solve over several."""
+
+    objective: float
+    lower_bound: float
+    status: Status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objective": self.objective, "lower_bound": self.lower_bound, "status": self.status}
+
+
+@dataclass(frozen=True)
+class PartitionDetails:
+    """What the partition search adds: where the chosen split came from, its own bound and the bound over
+    every split (overall and per placement: bound, splits bounded, whether the walk finished, the best
+    plan found there), how many splits were scored, the rule, and the split's per-rank facts."""
+
+    rule: str
+    own_split_bound: float
+    any_split_bound: float
+    any_split_bound_by_placement: dict[str, dict[str, Any]]
+    splits_scored: int
+    facts: dict[str, Any]
+    origin: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {} if self.origin is None else {"split_origin": self.origin}
+        return {**out, "own_split_bound": self.own_split_bound, "any_split_bound": self.any_split_bound,
+                "any_split_bound_by_placement": self.any_split_bound_by_placement,
+                "splits_scored": self.splits_scored, "partition_rule": self.rule, "partition": self.facts}
+
+
+@dataclass(frozen=True)
+class SolveDetails:
+    """The solver's diagnostics. `cpsat_status`: the last grid round's status, or why CP-SAT did not run;
+    `cpsat_bound`: why CP-SAT's bound is not used, where it is not; `tuned_start` and `periodic_start`:
+    the start each replaced (and, for the tuning, at which evaluation it was found); `lns_not_run`: why
+    the large-neighbourhood search did not run on a start it could not read; `fused_backwards`: how many
+    B and W pairs were fused at the end; `placements`: each placement's outcome in a solve over several;
+    `partition`: the partition search's facts."""
+
+    cpsat_status: str = "not run"
+    cpsat_bound: str | None = None
+    tuned_start: dict[str, Any] | None = None
+    periodic_start: dict[str, Any] | None = None
+    grid_rounds: tuple[GridRound, ...] = ()
+    lns: LnsStats | None = None
+    lns_not_run: str | None = None
+    fused_backwards: int | None = None
+    placements: dict[str, PlacementOutcome] | None = None
+    partition: PartitionDetails | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON keys, in the order the solver reached them; absent ones left out."""
+        out: dict[str, Any] = {"cpsat_status": self.cpsat_status}
+        optional = {"cpsat_bound": self.cpsat_bound, "tuned_start": self.tuned_start,
+                    "periodic_start": self.periodic_start}
+        out.update({k: v for k, v in optional.items() if v is not None})
+        if self.grid_rounds:
+            out.update(self.grid_rounds[-1].to_dict())
+            out["cpsat_status"] = self.cpsat_status
+            out["grid_rounds"] = [r.to_dict() for r in self.grid_rounds]
+        if self.lns is not None:
+            out.update(self.lns.to_dict())
+        if self.lns_not_run is not None:
+            out["lns"] = self.lns_not_run
+        if self.fused_backwards is not None:
+            out["fused_backwards"] = self.fused_backwards
+        if self.placements is not None:
+            out["placements"] = {name: o.to_dict() for name, o in self.placements.items()}
+        if self.partition is not None:
+            out.update(self.partition.to_dict())
+        return out
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """Times in the profile's time unit, like the summary's."""
+
+    summary: Summary
+    objective: Objective
+    objective_value: float
+    lower_bound: float
+    bubble_rate_lower_bound: float  # the bubble rate no schedule can beat under the objective
+    gap: float  # (objective_value - lower_bound) / objective_value
+    status: Status  # optimal (the incumbent meets a proven bound) or feasible
+    solve_seconds: float
+    start_heuristic: str
+    heuristic_objective: float
+    details: SolveDetails = field(default_factory=SolveDetails)
+
+    @property
+    def bubble_rate(self) -> float:
+        """The schedule's bubble rate under the objective it was solved for."""
+        return self.summary.bubble_rate(self.objective)
+
+    @property
+    def schedule_share(self) -> float:
+        """The bubble rate under the objective less the stage imbalance: what the schedule adds."""
+        return self.summary.schedule_share(self.objective)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.summary.to_dict(),
+            "objective": self.objective,
+            "objective_value": self.objective_value,
+            "lower_bound": self.lower_bound,
+            "bubble_rate_lower_bound": self.bubble_rate_lower_bound,
+            "gap": self.gap,
+            "status": self.status,
+            "solve_seconds": self.solve_seconds,
+            "start_heuristic": self.start_heuristic,
+            "heuristic_objective": self.heuristic_objective,
+            "schedule_share": self.schedule_share,
+            **self.details.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What a solve found: the schedule, its validated timeline and objective, the proven lower bound,
+    whether the two meet (status), the time taken, the start it improved on, and the diagnostics."""
+
+    problem: Problem
+    schedule: Schedule
+    timeline: Timeline
+    objective: float
+    lower_bound: float
+    status: Status  # optimal (incumbent equals a proven bound) or feasible
+    solve_seconds: float
+    start_heuristic: str
+    heuristic_objective: float
+    details: SolveDetails = field(default_factory=SolveDetails)
+
+    @property
+    def gap(self) -> float:
+        return 0.0 if self.objective <= 0 else max(0.0, (self.objective - self.lower_bound) / self.objective)
+
+    def report(self) -> SolveReport:
+        summary = summarize(self.timeline, self.problem.limit)
+        work = sum(summary.work_per_rank)
+        p = self.problem.num_ranks
+        return SolveReport(
+            summary=summary,
+            objective=self.problem.objective,
+            objective_value=self.objective,
+            lower_bound=self.lower_bound,
+            # The bubble rate no schedule can beat, under the chosen objective.
+            bubble_rate_lower_bound=max(0.0, 1 - work / (p * self.lower_bound)) if self.lower_bound > 0 else 0.0,
+            gap=self.gap,
+            status=self.status,
+            solve_seconds=self.solve_seconds,
+            start_heuristic=self.start_heuristic,
+            heuristic_objective=self.heuristic_objective,
+            details=self.details,
+        )
