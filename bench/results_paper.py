@@ -189,7 +189,7 @@ def _interleaved_note(ex: Setup) -> list[str]:
         "every microbatch wait for its input, which is what a real executor does, so its column is the correct one. "
         f"Example, {ex.model.upper()} m={ex.m}: p x c = {p} x {fmt_number(c)} us = {fmt_number(p * c)} us; taking "
         f"that off zbsearch's makespan gives {rate4(_interleaved_as_published(ex.prof, ex.fixed['interleaved-1f1b']))}, "
-        f"the published {rate4(ex.published[1])}. Every row is checked this way in tests/test_paper_table5.py, and the CSV "
+        f"the published {rate4(ex.published[1])}. Every row is checked this way in tests/studies/test_paper_table5.py, and the CSV "
         "lists the figure under the script's rule for each row.",
         "",
     ]

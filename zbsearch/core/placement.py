@@ -31,7 +31,7 @@ def parse_placement(text: str, p: int) -> Placement:
         if need:
             raise PreconditionError(f"placement 'dualpipe' needs {need}; got p={p}")
         return dualpipe(p)
-    if t.startswith("interleaved"):
+    if t == "interleaved" or t.startswith("interleaved:"):
         _, _, v = t.partition(":")
         try:
             chunks = int(v) if v else 2

@@ -23,7 +23,7 @@ unsqueezed peak. The level counts B and W as freeing half of the F's allocation 
 only earlier in a grid that respects every dependency keeps the order executable.
 
 Measured (uniform F = B = W, mem_W = mem_B / 2, m >= 2p): V-Half peaks at floor(p/2) + 1 whole stages,
-V-Min at floor(2(p+3)/3) / 2 (about p/3 + 1); tests/test_schedules_v.py pins exact figures.
+V-Min at floor(2(p+3)/3) / 2 (about p/3 + 1); tests/schedules/test_vshape.py pins exact figures.
 """
 
 from __future__ import annotations

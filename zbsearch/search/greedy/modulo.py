@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ...core.errors import ScheduleError
 from ...core.ir import Action, Kind, Schedule, build
@@ -135,7 +135,14 @@ def _releases(problem: Problem, period: float, first: list[Pass], start: dict[Ac
     return release
 
 
-def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, float] | None:
+class Periodic(NamedTuple):
+    """A periodic schedule that fits the limit, and its objective by the simulator."""
+
+    schedule: Schedule
+    objective: float
+
+
+def best_periodic(problem: Problem, deadline: float) -> Periodic | None:
     """The best periodic schedule within the memory limit over the sweep of periods, and its objective
     by the simulator, before `deadline` (time.monotonic()); None when none fits."""
     work: dict[int, float] = defaultdict(float)
@@ -145,25 +152,25 @@ def best_periodic(problem: Problem, deadline: float) -> tuple[Schedule, float] |
     base = max(work.values(), default=0.0)
     if base <= 0:
         return None
-    best: tuple[float, float, Schedule] | None = None  # objective, period ratio, schedule
+    best: tuple[Periodic, float] | None = None  # and its period ratio
     step = (WIDEST - 1) / COARSE
     sweeps = [[1 + k * step for k in range(COARSE + 1)]]
     for n, ratios in enumerate(sweeps):
         for ratio in ratios:
             for weights_last in (True, False):
                 if time.monotonic() >= deadline:
-                    return None if best is None else (best[2], best[0])
+                    return None if best is None else best[0]
                 found = _evaluate(problem, base * ratio, weights_last)
-                if found is not None and (best is None or found[0] < best[0]):
-                    best = (found[0], ratio, found[1])
+                if found is not None and (best is None or found.objective < best[0].objective):
+                    best = (found, ratio)
         if n == 0 and best is not None:
             sweeps.append([best[1] + step * (k / FINE - 0.5) for k in range(FINE + 1)
                            if k != FINE // 2 and best[1] + step * (k / FINE - 0.5) >= 1])
-    return None if best is None else (best[2], best[0])
+    return None if best is None else best[0]
 
 
-def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[float, Schedule] | None:
-    """(objective, schedule) of the periodic schedule of this period, or None when it cannot be made
+def _evaluate(problem: Problem, period: float, weights_last: bool) -> Periodic | None:
+    """The periodic schedule of this period, or None when it cannot be made
     to fit the limit. A rank over the limit gets a cap on the microbatches it holds at once, one lower
     each try from what the ring gives it (its first chunk's lifetime over T), until every rank fits."""
     p, m = problem.num_ranks, problem.num_microbatches
@@ -178,7 +185,7 @@ def _evaluate(problem: Problem, period: float, weights_last: bool) -> tuple[floa
             return None
         over = [r for r in range(p) if over_limit(tl.peak_memory(r), problem.limit.per_rank[r])]
         if not over:
-            return problem.objective.of(tl), schedule
+            return Periodic(schedule, problem.objective.of(tl))
         for r in over:
             in_flight[r] = min(in_flight[r], _held_on_ring(problem, schedule, r)) - 1
             if in_flight[r] < 1:

@@ -97,9 +97,9 @@ def periodic_start(problem: Problem, start: Start, deadline: float) -> tuple[Sta
     """The best periodic schedule where it is shorter than `start` and valid, with where it came from;
     else `start` and None."""
     found = best_periodic(problem, deadline)
-    if found is None or found[1] >= start.objective * (1 - 1e-12):
+    if found is None or found.objective >= start.objective * (1 - 1e-12):
         return start, None
-    valid = valid_start(problem, found[0])
+    valid = valid_start(problem, found.schedule)
     if valid is None:
         return start, None
     return valid, {"from": start.name}

@@ -22,7 +22,7 @@ from zbsearch.sim.simulate import simulate
 
 from random_pipelines import random_stages
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _over(level: float, cap: float) -> bool:

@@ -28,7 +28,7 @@ from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import Timeline, simulate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
 SIMULATE = importlib.import_module("zbsearch.sim.simulate")  # the module; the package exports the function
 

@@ -23,7 +23,7 @@ from zbsearch.search.problem import Problem
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 
 
 def _hetero(p: int, m: int) -> Profile:
@@ -274,7 +274,6 @@ PAPER = {
                              (256, 10402, 10248, 7698, 460, .0594, .0018)]),
 }
 ROWS = [(model, *row) for model, (_, _, _, rows) in PAPER.items() for row in rows]
-FAST = {("1.5b", 24), ("6.2b", 24), ("14.6b", 48), ("28.3b", 96)}
 
 
 def _paper_profile(model: str, m: int, F: float, B: float, W: float, comm: float) -> Profile:
@@ -299,14 +298,10 @@ def _check_row(model: str, m: int, F: float, B: float, W: float, comm: float, zb
         assert tl.bubble_rate_span <= published + 1e-4, (model, m, text, name, tl.bubble_rate_span)
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if (r[0], r[1]) in FAST], ids=lambda r: f"{r[0]}-m{r[1]}")
-def test_greedy_alone_matches_the_papers_greedy(row: tuple) -> None:
-    # Our greedy variants by themselves (no handcrafted schedule to lean on) reach ZB-1p / ZB-2p.
-    _check_row(*row, handcrafted=False)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r[0]}-m{r[1]}")
-def test_best_beats_or_matches_the_paper_on_every_row(row: tuple) -> None:
+def test_greedy_alone_matches_the_papers_greedy_on_every_row(row: tuple) -> None:
+    # Our greedy variants by themselves (no handcrafted schedule to lean on) reach ZB-1p / ZB-2p. With
+    # the handcrafted schedules added the best can only get better (best() ranks a superset by the same
+    # exact key), so this is also the check that best() beats or matches the paper on every row.
     _check_row(*row, handcrafted=False)
-    _check_row(*row, handcrafted=True)

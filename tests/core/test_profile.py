@@ -18,7 +18,7 @@ import pytest
 from zbsearch.core.errors import ProfileError, ZbsearchError
 from zbsearch.core.profile import Profile, load_profile, profile_schema, uniform_profile
 
-PROFILES = sorted((Path(__file__).resolve().parent.parent / "profiles").glob("*.json"))
+PROFILES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*.json"))
 
 
 def good() -> dict[str, Any]:

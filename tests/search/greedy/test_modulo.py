@@ -16,7 +16,7 @@ from zbsearch.sim.validate import check
 
 from random_pipelines import random_stages
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_pass_takes_the_first_free_phase_and_may_wrap():
@@ -87,7 +87,7 @@ def test_periodic_start_wins_on_a_tight_v_split() -> None:
     assert start.objective < 0.95 * tl.makespan
     assert check(start.schedule, problem.profile, problem.limit).ok
     found = best_periodic(problem, time.monotonic() + 60)
-    assert found is not None and found[1] == pytest.approx(start.objective)
+    assert found is not None and found.objective == pytest.approx(start.objective)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -135,7 +135,7 @@ def test_a_rank_over_the_cap_is_throttled_instead_of_the_period_raised() -> None
     over = [r for r in range(8) if tl.peak_memory(r) > problem.limit.per_rank[r]]
     assert over == [0]
     found = _evaluate(problem, period, True)
-    assert found is not None and check(found[1], problem.profile, problem.limit).ok
+    assert found is not None and check(found.schedule, problem.profile, problem.limit).ok
     best = best_periodic(problem, time.monotonic() + 60)
     start = heuristic_start(problem).timeline
-    assert best is not None and best[1] < 0.95 * Objective.MAKESPAN.of(start)
+    assert best is not None and best.objective < 0.95 * Objective.MAKESPAN.of(start)

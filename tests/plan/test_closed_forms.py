@@ -1,5 +1,5 @@
 """The planner's closed forms against the simulator, the microbatch count a target needs, the
-recommendation rules, and `zbsearch plan` through typer's CliRunner. tests/test_schedules_spec.py
+recommendation rules, and `zbsearch plan` through typer's CliRunner. tests/schedules/test_spec.py
 checks every record's forms, peak memory, P2P hops and copies over a grid of p and m; here, the
 figures the docs quote and the conditions each form states.
 
@@ -344,7 +344,7 @@ def test_cli_bad_input_is_one_line(args, expect):
 def test_published_profile_matches_the_paper():
     # Zero Bubble paper, Table 5, 1.5B with m = 24: 1F1B .2431 and ZB-H1 .1585 (makespan), ZB-H2 .1083
     # (span, where the closed form (p-1)(F+B+2c-2W) is exact on this uniform profile).
-    profile = load_profile(Path(__file__).resolve().parents[1] / "profiles" / "zb-paper-1.5b-m24.json")
+    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "zb-paper-1.5b-m24.json")
     assert estimate("1f1b", profile, 24).bubble_fraction == pytest.approx(0.2431, abs=5e-5)
     assert estimate("zb-h1", profile, 24).bubble_fraction == pytest.approx(0.1585, abs=5e-5)
     zb_h2 = estimate("zb-h2", profile, 24, objective="span")

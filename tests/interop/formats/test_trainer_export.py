@@ -24,7 +24,7 @@ from zbsearch.interop.formats.trainers import compress, expand, megatron_args
 from zbsearch.schedules import generate
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 GiB = 2**30
 
 

@@ -24,7 +24,7 @@ from zbsearch.sim.rank_state import ChunkProgress
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 
 
 def _random_profile(seed: int) -> Profile:

@@ -18,7 +18,7 @@ from zbsearch.sim.simulate import simulate
 
 from random_pipelines import random_stages, tell_cpsat_no_bounds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 
 
