@@ -5,14 +5,12 @@ spends the tuning share it is given (none given, none found past the tuning's un
 from __future__ import annotations
 
 import dataclasses
-import random
 import re
 
 import pytest
 
 from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit
-from zbsearch.core.profile import Profile
 from zbsearch.search import budget as budget_module
 from zbsearch.search.budget import BUDGET, Budget
 from zbsearch.search.greedy.options import GreedyOptions
@@ -20,6 +18,7 @@ from zbsearch.search.greedy.tune import uniform_starts
 from zbsearch.search.problem import Problem
 from zbsearch.search.solve.driver import solve
 from zbsearch.sim.validate import check
+from random_pipelines import integer_stages
 
 
 @pytest.mark.parametrize("budget,relaxed,worst", [
@@ -68,27 +67,13 @@ def test_a_budget_is_a_frozen_record() -> None:
     assert dataclasses.replace(BUDGET, tune_share=0.5).tune_share == 0.5 and BUDGET.tune_share == 0.15
 
 
-def _random_profile(seed: int, p: int, m: int) -> Profile:
-    """tests/search/greedy/test_tune.py's random pipeline: stages scaled by one factor, integer times."""
-    rng = random.Random(seed)
-    stages = []
-    for _ in range(p):
-        k = rng.uniform(0.7, 1.5)
-        mem = round(k * rng.uniform(0.8, 1.2), 3)
-        stages.append({"F": round(100 * k), "B": round(100 * k * rng.uniform(0.9, 1.3)),
-                       "W": round(100 * k * rng.uniform(0.5, 1.0)), "mem_B": mem, "mem_W": round(mem * 0.4, 3)})
-    return Profile.from_dict({"name": f"random-{seed}", "num_stages": p, "microbatches": m, "time_unit": "unit",
-                              "stages": stages, "comm": [rng.randint(0, 10) for _ in range(p - 1)],
-                              "source": {"kind": "estimated", "method": "random (tests)"}})
-
-
 def test_solve_spends_the_tuning_share_it_is_given() -> None:
     # Random pipeline 23 (p=4, m=8) at 0.75p: the best heuristic spans 3,694 and the bound is 3,662. The
     # tuning's descent finds a per-rank policy at 3,662 on its 27th engine run, after its 18 uniform starts
     # (which a zero share still evaluates, but none of which beats the heuristic here). Both budgets skip
     # CP-SAT, and 2 s leaves the grid and the large-neighbourhood search too little time to run, so the
     # tuning share is the only difference. The tuning has 0.3 s for about 30 runs of a few ms each.
-    profile = _random_profile(23, 4, 8)
+    profile = integer_stages(23, 4, 8)
     problem = Problem(profile, linear(4), 8, parse_mem_limit("0.75p", profile), "span")
     assert len(uniform_starts(problem.placement, GreedyOptions("list"))) == 18
     base = Budget(cpsat_seconds_per_pass=1e6)

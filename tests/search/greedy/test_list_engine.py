@@ -5,7 +5,6 @@ for the profile's pair time."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 
 import pytest
@@ -18,15 +17,7 @@ from zbsearch.search.greedy.list_engine import ListEngine
 from zbsearch.search.greedy.options import CannotFit, EngineResult, GreedyOptions, fits
 from zbsearch.search.problem import Problem
 from zbsearch.sim.validate import validate
-
-
-def _hetero(seed: int, p: int, m: int) -> Profile:
-    """Stages that differ in every figure, with uneven links."""
-    rng = random.Random(seed)
-    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2),
-               "mem_B": rng.uniform(0.5, 1.5), "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
-    return Profile.from_dict({"stages": stages, "comm": [rng.uniform(0, 0.5) for _ in range(p - 1)],
-                              "microbatches": m, "source": {"kind": "estimated", "method": "random test"}})
+from random_pipelines import uneven_stages
 
 
 def _scaled(profile: Profile, placement: Placement, factor: float) -> MemoryLimit:
@@ -64,7 +55,7 @@ def test_timing_is_the_simulators_and_no_rank_goes_over_its_limit(name: str, opt
     # Single-route placements admit a microbatch only with room for all its forwards on the rank, so
     # they never jam on memory: every variant finishes at every feasible limit.
     placement = PLACEMENTS[name]
-    profile = _hetero(7, 4, 8)
+    profile = uneven_stages(7, 4, 8)
     limit = _scaled(profile, placement, factor)
     problem = Problem(profile, placement, 8, limit)
     res = ListEngine(problem, options).run()

@@ -5,7 +5,6 @@ at 1F1B's), worked out by hand below."""
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
@@ -17,15 +16,7 @@ from zbsearch.search.greedy.options import CannotFit, EngineResult, GreedyOption
 from zbsearch.search.greedy.rounds import RoundsEngine
 from zbsearch.search.problem import Problem
 from zbsearch.sim.validate import validate
-
-
-def _hetero(seed: int, p: int, m: int) -> Profile:
-    """Stages that differ in every figure, with uneven links."""
-    rng = random.Random(seed)
-    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2),
-               "mem_B": rng.uniform(0.5, 1.5), "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
-    return Profile.from_dict({"stages": stages, "comm": [rng.uniform(0, 0.5) for _ in range(p - 1)],
-                              "microbatches": m, "source": {"kind": "estimated", "method": "random test"}})
+from random_pipelines import uneven_stages
 
 
 def _first_b(res: EngineResult) -> list[int]:
@@ -37,7 +28,7 @@ OPTIONS = [GreedyOptions(), GreedyOptions("rounds", True, True, False), GreedyOp
            GreedyOptions(w_fill=False, warmup=1), GreedyOptions(warmup=2)]
 CASES = [("uniform", uniform_profile(1, 2, 1, 0.5, p=4, m=8), "2p"),
          ("uniform-1p", uniform_profile(3, 3, 2, p=3, m=7), "1p"),
-         ("hetero", _hetero(1, 4, 9), "1.5p"), ("hetero-none", _hetero(2, 3, 5), "none")]
+         ("hetero", uneven_stages(1, 4, 9), "1.5p"), ("hetero-none", uneven_stages(2, 3, 5), "none")]
 
 
 @pytest.mark.parametrize("name,profile,limit", CASES, ids=[c[0] for c in CASES])

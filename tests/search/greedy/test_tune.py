@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
@@ -18,6 +17,7 @@ from zbsearch.search.problem import Problem, make_problem
 from zbsearch.search.solve.driver import solve
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check
+from random_pipelines import integer_stages
 
 # bench/solve_bench.py's hetero-random #12 (p=8, m=25, 0.75p): the first rank is memory-bound.
 STAGES_12 = [(140, 143, 127, 1.269, 0.431), (111, 141, 71, 1.216, 0.472), (101, 131, 81, 0.853, 0.394),
@@ -34,24 +34,11 @@ def hetero_12() -> Profile:
     })
 
 
-def random_profile(seed: int, p: int, m: int) -> Profile:
-    rng = random.Random(seed)
-    stages = []
-    for _ in range(p):
-        k = rng.uniform(0.7, 1.5)
-        mem = round(k * rng.uniform(0.8, 1.2), 3)
-        stages.append({"F": round(100 * k), "B": round(100 * k * rng.uniform(0.9, 1.3)),
-                       "W": round(100 * k * rng.uniform(0.5, 1.0)), "mem_B": mem, "mem_W": round(mem * 0.4, 3)})
-    return Profile.from_dict({"name": f"random-{seed}", "num_stages": p, "microbatches": m, "time_unit": "unit",
-                              "stages": stages, "comm": [rng.randint(0, 10) for _ in range(p - 1)],
-                              "source": {"kind": "estimated", "method": "random (tests)"}})
-
-
 @pytest.mark.parametrize("options", [GreedyOptions("list", False, b, f, warmup=k)
                                      for b in (False, True) for f in (False, True) for k in (None, 1, 2)])
 def test_uniform_per_rank_policies_are_the_plain_variant(options):
     """Per-rank policies that repeat one variant's switches give exactly that variant's schedule."""
-    prof = random_profile(3, 5, 12)
+    prof = integer_stages(3, 5, 12)
     limit = parse_limit("1p", prof)
     pl = linear(5)
     ranks = tuple(options.policy(r, r, 5) for r in range(5))
@@ -92,7 +79,7 @@ def test_tuned_start_beats_every_heuristic_on_a_memory_bound_pipeline():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_tuning_is_deterministic_and_never_worse_than_its_starts(seed):
-    prof = random_profile(seed, 4, 10)
+    prof = integer_stages(seed, 4, 10)
     limit = parse_limit("1p", prof)
     problem = Problem(prof, linear(4), 10, limit, "makespan")
     first = tune(problem, max_evaluations=150, seed=seed)

@@ -5,7 +5,6 @@ of its approval re-runs, and its switches do what their docstring says: `w_defer
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
@@ -18,15 +17,7 @@ from zbsearch.search.greedy.options import CannotFit, EngineResult, fits
 from zbsearch.search.greedy.vshape import VOptions, VRounds, is_vshape, run_v
 from zbsearch.search.problem import Problem
 from zbsearch.sim.validate import validate
-
-
-def _hetero(seed: int, p: int, m: int) -> Profile:
-    """Stages that differ in every figure, with uneven links."""
-    rng = random.Random(seed)
-    stages = [{"F": rng.uniform(1, 3), "B": rng.uniform(1, 3), "W": rng.uniform(0.2, 2),
-               "mem_B": rng.uniform(0.5, 1.5), "mem_W": rng.uniform(0.1, 0.4)} for _ in range(p)]
-    return Profile.from_dict({"stages": stages, "comm": [rng.uniform(0, 0.5) for _ in range(p - 1)],
-                              "microbatches": m, "source": {"kind": "estimated", "method": "random test"}})
+from random_pipelines import uneven_stages
 
 
 def _scaled(profile: Profile, factor: float) -> MemoryLimit:
@@ -75,7 +66,7 @@ OPTIONS = [VOptions(), VOptions(b_first=False, fill_b=False), VOptions(safe_admi
 @pytest.mark.parametrize("options", OPTIONS, ids=[o.label for o in OPTIONS])
 def test_run_v_is_valid_timed_as_simulated_and_no_worse_than_its_first_run(seed: int, p: int, m: int, factor: float,
                                                                            options: VOptions) -> None:
-    profile = _hetero(seed, p, m)
+    profile = uneven_stages(seed, p, m)
     problem = Problem(profile, vshape(p), m, _scaled(profile, factor))
     res = run_v(problem, options)
     tl = validate(engine_schedule(res, problem, options), profile, problem.limit)   # type: ignore[arg-type]
@@ -107,7 +98,7 @@ def _most_held(res: EngineResult, kind: Kind, chunk: int | None = None) -> list[
 def test_w_defer_holds_back_at_most_k_weight_passes(k: int) -> None:
     # A B that makes k + 1 held is followed at once by the oldest held W: before every F and B, at most
     # k are held on the rank.
-    profile = _hetero(3, 3, 8)
+    profile = uneven_stages(3, 3, 8)
     problem = Problem(profile, vshape(3), 8, no_limit(profile))
     res = run_v(problem, VOptions(w_defer=k))
     for order in res.order:
