@@ -21,12 +21,15 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
-from .console import print_error, progress_bar, stdout_console
+from .console import print_error, print_warning, progress_bar, stdout_console
 from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
     parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
+from ..core.memory import above_usable
+from ..core.profile import load_profile
+from ..interop.formats.export import export
 from ..search.problem import make_problems
 from ..core.profile import profile_schema
 from ..report import render
@@ -230,6 +233,7 @@ def solve(
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     auto = search.AUTO_PLACEMENTS + (search.PARAM_COPY_PLACEMENTS if allow_param_copies else ())
+    _warn_above_device(profile, uniform, mem_limit, headroom)
     implied = partition is None and split.has_layers(profile, uniform)
     if implied:
         partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
@@ -276,6 +280,15 @@ def solve(
         out.print(f"wrote {export_torch}")
 
 
+def _warn_above_device(path: Path | None, uniform: object, mem_limit: str, headroom: float) -> None:
+    """A size above the device less its headroom is taken as written; say so (it is rarely meant)."""
+    if path is None or uniform is not None:
+        return
+    why = above_usable(mem_limit, load_profile(path), headroom)
+    if why is not None:
+        print_warning(f"--mem-limit: {why}")
+
+
 def _warn_even_chunks(prof: Any, problems: list[Any], quiet: bool) -> None:
     """Chunked placements on a stage-level profile cost each chunk as an even share of its rank's stage,
     which no trainer runs (the embedding and the head are not halves of stages): say so."""
@@ -313,7 +326,6 @@ from .plan import register; register(app)  # noqa: E402,E702
 from .interop import register; register(app)  # noqa: E402,E702
 from .run import register; register(app)  # noqa: E402,E702
 from .fidelity import register; register(app)  # noqa: E402,E702
-from ..interop.formats.export import export
 
 
 def main() -> None:

@@ -27,7 +27,17 @@ def stdout_console() -> Console:
 
 def print_error(message: str) -> None:
     """One line on stderr: 'error: <message>', the prefix in red when stderr is a terminal."""
-    line = Text.assemble(("error:", "bold red"), " ", " ".join(message.split()))
+    _print_prefixed("error:", "bold red", message)
+
+
+def print_warning(message: str) -> None:
+    """One line on stderr: 'warning: <message>', the prefix in yellow when stderr is a terminal; the
+    command goes on."""
+    _print_prefixed("warning:", "bold yellow", message)
+
+
+def _print_prefixed(prefix: str, style: str, message: str) -> None:
+    line = Text.assemble((prefix, style), " ", " ".join(message.split()))
     Console(stderr=True, highlight=False, soft_wrap=True).print(line)
 
 

@@ -274,7 +274,10 @@ def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]
     The library speaks of the memory limit or the placement, not of flags. `values` maps each option
     to the value (or list of values) the user gave it. With one option and not `quoted`, every error
     is taken to be about it (the call reads nothing else); otherwise the error is about the option
-    whose value the message quotes. Errors about no option, or about several, pass unchanged.
+    whose value the message mentions, and where it mentions several, the one whose value it puts in
+    quotes (the library quotes the value at fault, `placement 'foo' is not known`, and may list a choice
+    that is another option's value, `use ... auto`). Errors about no option, or still about several,
+    pass unchanged.
     """
     try:
         yield
@@ -282,6 +285,8 @@ def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]
         message = str(exc)
         about = list(values) if len(values) == 1 and not quoted else [
             flag for flag, value in values.items() if any(_mentions(message, v, whole=True) for v in _listed(value))]
+        if len(about) > 1:
+            about = [flag for flag in about if any(_quotes(message, v) for v in _listed(values[flag]))] or about
         _put_in_front(exc, about, values)
         raise
 
@@ -299,9 +304,11 @@ def naming_subjects(subjects: Mapping[str, str]) -> Iterator[None]:
 
 
 def _put_in_front(exc: ZbsearchError, about: list[str], options: Iterable[str]) -> None:
-    """Prefix the one option the error is about, unless the message already names one of `options`."""
+    """Prefix the one option the error is about, unless the message already names one of `options` or an
+    inner `naming` has put an option in front of it."""
     message = str(exc)
-    if len(about) == 1 and not any(_mentions(message, flag.rstrip("s")) for flag in options):
+    if len(about) == 1 and not message.startswith("--") and not any(_mentions(message, flag.rstrip("s"))
+                                                                    for flag in options):
         exc.args = (f"{about[0]}: {message}",)
 
 
@@ -309,6 +316,10 @@ def _listed(value: Any) -> list[str]:
     if value is None:
         return []
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def _quotes(message: str, word: str) -> bool:
+    return f"'{word}'" in message or f'"{word}"' in message
 
 
 def _mentions(message: str, word: str, whole: bool = False) -> bool:

@@ -237,6 +237,35 @@ def p_multiple(text: str | None) -> float | None:
     return float(m.group(1)) if m.group(1) else 1.0
 
 
+def above_usable(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> str | None:
+    """Why an explicit size lets some rank plan for more than the device holds less the headroom `auto`
+    keeps free (the allocator's and the runtime's own buffers), or None: a size as written is taken at
+    its word, so `80gb` on an 80 GiB device plans to the last byte less 6%. On a profile that lists its
+    layers a size is the whole rank (static bytes and activations); otherwise it is the activations,
+    and the rank's static bytes come on top.
+
+    >>> from zbsearch.core.profile import uniform_profile
+    >>> from dataclasses import replace
+    >>> prof = replace(uniform_profile(1, 1, 1, p=2, m=4), memory_unit="bytes", device_capacity_bytes=80 * 2**30)
+    >>> above_usable("70GiB", prof) is None, above_usable("80gb", prof) is not None
+    (True, True)
+    """
+    m = _SIZE_RE.match((text or "").strip().lower())
+    if not m or profile.device_capacity_bytes is None or profile.memory_unit != "bytes":
+        return None
+    size = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    static = 0.0 if profile.layers is not None else max((s.static_bytes or 0.0 for s in profile.stages), default=0.0)
+    usable = profile.device_capacity_bytes * (1 - headroom)
+    if size + static <= usable * (1 + _RTOL):
+        return None
+    gib = 2**30
+    whole = "a rank's whole memory" if profile.layers is not None else \
+        f"activations on top of up to {static / gib:.3g} GiB of static bytes"
+    return (f"memory limit {text} ({size / gib:.3g} GiB, {whole}) is above what the device holds less its "
+            f"{headroom:.0%} headroom ({usable / gib:.3g} GiB of {profile.device_capacity_bytes / gib:.3g} GiB): "
+            f"a plan that fills it may not run; use auto, or a size of at most {(usable - static) / gib:.3g} GiB")
+
+
 def byte_cap(text: str | None, profile: Profile, headroom: float = DEFAULT_HEADROOM) -> float | None:
     """The whole-rank byte cap (static bytes + activations) a limit gives on any split of the profile's
     layers: the size as written, or the usable device memory for `auto`; None for multiples of p
