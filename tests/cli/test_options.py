@@ -4,6 +4,8 @@ message lists as a choice)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -65,3 +67,47 @@ def test_a_size_above_the_device_less_its_headroom_warns(limit: str, warns: bool
     assert len(warned) == (1 if warns else 0), result.stderr
     if warns:
         assert "68.5 GiB" in warned[0] and "use auto" in warned[0]
+
+
+@pytest.mark.parametrize("args,placement", [
+    (["--profile", "profiles/h100.json"], "auto"),             # lists its layers
+    (["--uniform", "1,2,1", "-p", "4", "-m", "8"], "linear"),
+    (["--profile", "profiles/h100.json", "--placement", "v"], "v"),
+])
+def test_compare_solves_on_the_placement_its_help_names(monkeypatch: pytest.MonkeyPatch, tmp_path, args: list[str],
+                                                        placement: str) -> None:
+    # issue 29, defect 2: the help said auto on a profile that lists its layers while linear ran.
+    from zbsearch.cli import compare as cli_compare
+
+    asked = {}
+
+    def stop(*_args, **kwargs):
+        asked.update(kwargs)
+        raise ZbsearchError("stopped by the test")
+
+    monkeypatch.setattr(cli_compare.cmp, "compare", stop)
+    result = CliRunner().invoke(app, ["compare", "-o", str(tmp_path / "out"), *args, "--figures", "none"])
+    assert "stopped by the test" in result.output, result.output
+    assert asked["placement"] == placement
+    assert "[default: linear]" not in CliRunner().invoke(app, ["compare", "--help"]).output
+
+
+def test_a_fixed_split_under_auto_solves_on_the_placement_its_counts_fit() -> None:
+    # issue 29, defect 4: 8 counts on 8 ranks fit linear; auto used to fail on V asking for 16 counts.
+    result = CliRunner().invoke(app, ["solve", "--profile", "profiles/h100.json", "--partition",
+                                      "fixed:5,4,4,4,4,4,4,5", "--mem-limit", "auto", "--time-limit", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["placement"] == "linear"
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--partition", "fixed:5,4,4,4,4,4,4,5", "--placement", "v"],
+     "error: --partition: layers per chunk 5,4,4,4,4,4,4,5 give 8 chunks but placement 'v' on 8 ranks has 16: "
+     "give 16 counts in route order, or use placement linear (8 chunks)"),
+    (["--partition", "fixed:2,3,3,3,3,3,3,2"],
+     "the model has 34 layers (every entry of the profile's layers list, the embedding and the head included)"),
+])
+def test_a_fixed_split_that_does_not_fit_says_what_would(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["solve", "--profile", "profiles/h100.json", *args, "--mem-limit", "auto"])
+    assert result.exit_code == 1
+    assert says in " ".join(result.output.split()), result.output

@@ -95,7 +95,7 @@ def test_without_a_bandwidth_a_uniform_comm_carries_over_to_any_stage_count():
 
 
 @pytest.mark.parametrize("counts,message", [
-    ([3, 4], "add up to 7 but the model has 8 layers: make them add up to 8"),
+    ([3, 4], "add up to 7 but the model has 8 layers .*: make them add up to 8"),
     ([2, 2, 4], "give 3 chunks but placement 'linear' on 2 ranks has 2: give 2 counts in route order"),
     ([0, 8], "every chunk needs a positive whole number of layers"),
 ])
@@ -126,3 +126,21 @@ def test_a_saved_split_is_read_back_by_names():
     wrong[0], wrong[1] = wrong[1], wrong[0]
     with pytest.raises(PartitionError, match="use the profile the split was made for"):
         counts_of(wrong, prof.layers, vshape(2))
+
+
+@pytest.mark.parametrize("key", ["mem_B", "mem_W", "static_bytes"])
+def test_a_field_one_layer_misses_while_others_give_it_is_missing(key: str) -> None:
+    # issue 29, defect 3: a missing static_bytes counted as 0 under a whole-memory cap, silently, and a
+    # missing mem_B surfaced as "mem_W (...) exceeds mem_B (0.0)".
+    import copy
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[2] / "profiles" / "h100.json").read_text())
+    broken = copy.deepcopy(data)
+    del broken["layers"][3][key]
+    with pytest.raises(ProfileError, match=rf"field layers\[3\]\.{key} is missing, while layers\[0\] gives it"):
+        Profile.from_dict(broken)
+    for layer in data["layers"]:  # given by none: allowed (a profile of times only)
+        layer.pop(key, None)
+    if key != "mem_B":  # mem_W alone would exceed a mem_B of 0
+        Profile.from_dict(data)

@@ -260,7 +260,6 @@ def solve(
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
-
         export(result.schedule, "torch-csv", export_torch)
     if json_out:
         _print_json(report.to_dict())

@@ -79,7 +79,7 @@ def compare_command(
     no_torch: NoTorchOpt = False,
     chunks: ChunksOpt = None,
     objective: ObjectiveOpt = "makespan",
-    placement: PlacementOpt = "linear",
+    placement: PlacementOpt = None,
     time_limit: TimeLimitOpt = 30.0,
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
@@ -94,13 +94,13 @@ def compare_command(
     """
     import sys
 
-
     prof = load_cli_profile(profile, uniform, p, m[0] if m else None, uniform_memory)
+    # The option's one default (its help): every placement where the layers cost each chunk, else linear.
+    placement = placement or ("auto" if prof.layers is not None else "linear")
     for limit in mem_limits:
         # a limit that does not apply is reported naming the profile file
         parse_limit(limit, prof, "--mem-limits")
     if figures:
-
         require_matplotlib()  # say it is missing before the long part
     options = {"--mem-limits": mem_limits, "--schedules": schedules, "--objective": objective, "--placement": placement}
     with progress_bar("compare") as progress, naming(options):

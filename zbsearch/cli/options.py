@@ -89,8 +89,9 @@ PartitionOpt = Annotated[Optional[str], typer.Option(
     "--partition", metavar="auto|even|balanced|fixed:N1,N2,...", rich_help_panel=SEARCH_PANEL,
     help="Choose the split of layers into chunks too (needs a profile with layers): auto searches it with "
          "the schedule; even spreads the blocks evenly; balanced (the default on a profile with layers) "
-         "minimizes the heaviest chunk's time; fixed: gives layers per chunk in route order. A size limit "
-         "then caps each rank's static bytes plus activations.",
+         "minimizes the heaviest chunk's time; fixed: gives layers per chunk in route order, one count per "
+         "chunk (p on linear, 2p on v), counting every layer of the profile, the embedding and the head "
+         "included. A size limit then caps each rank's static bytes plus activations.",
 )]
 HeadroomOpt = Annotated[float, typer.Option(
     "--headroom", min=0.0, max=0.99, rich_help_panel=PROBLEM_PANEL,

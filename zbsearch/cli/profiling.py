@@ -321,7 +321,6 @@ def profile(
         if estimate and memory_model is not None:
             result = replace(result, memory_model=memory_model)
         if calibrate:
-
             result = calibrated(result)
     if output is not None:
         result.save(output)

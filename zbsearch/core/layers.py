@@ -87,6 +87,7 @@ def parse_layers(origin: str, raw: Sequence[dict[str, Any]]) -> tuple[Layer, ...
     if not raw:
         raise ProfileError(f"{origin}: field layers is empty; list one object per layer in model order, or leave "
                            "layers out")
+    _check_given_everywhere(origin, raw)
     layers = tuple(_layer(i, entry) for i, entry in enumerate(raw))
     seen: dict[str, int] = {}
     for i, layer in enumerate(layers):
@@ -99,6 +100,21 @@ def parse_layers(origin: str, raw: Sequence[dict[str, Any]]) -> tuple[Layer, ...
             raise ProfileError(f"{origin}: field layers[{i}].mem_W ({layer.mem_W}) exceeds mem_B ({layer.mem_B}); "
                                "B frees mem_B - mem_W and W frees mem_W, so mem_W must be <= mem_B")
     return layers
+
+
+# Fields that are all or nothing: a layer left without one would count it as 0 (no activations held, no
+# parameters) while its neighbours count theirs, and every plan would be wrong on that layer's rank.
+ALL_OR_NONE = ("mem_B", "mem_W", "static_bytes")
+
+
+def _check_given_everywhere(origin: str, raw: Sequence[dict[str, Any]]) -> None:
+    """A field of ALL_OR_NONE that some layers give and others miss is an error naming the first missing."""
+    for key in ALL_OR_NONE:
+        given = [i for i, entry in enumerate(raw) if entry.get(key) is not None]
+        if given and len(given) < len(raw):
+            missing = next(i for i, entry in enumerate(raw) if entry.get(key) is None)
+            raise ProfileError(f"{origin}: field layers[{missing}].{key} is missing, while layers[{given[0]}] gives "
+                               f"it: give {key} for every layer (0 where the layer has none), or for none")
 
 
 def _layer(i: int, entry: dict[str, Any]) -> Layer:

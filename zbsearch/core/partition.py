@@ -54,13 +54,26 @@ def check_chunk_counts(counts: Sequence[int], n_layers: int, placement: Placemen
                              "use fewer ranks or fewer chunks per rank")
     if len(counts) != k:
         raise PartitionError(f"layers per chunk {given} give {len(counts)} chunks but placement "
-                             f"{placement.name!r} on {placement.num_ranks} ranks has {k}: give {k} counts in route order")
+                             f"{placement.name!r} on {placement.num_ranks} ranks has {k}: give {k} counts in route order"
+                             f"{_placement_hint(len(counts), placement.num_ranks)}")
     if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
         raise PartitionError(f"layers per chunk {given}: every chunk needs a positive whole number of layers")
     if sum(counts) != n_layers:
         raise PartitionError(f"layers per chunk {given} add up to {sum(counts)} but the model has {n_layers} "
-                             f"layers: make them add up to {n_layers}")
+                             f"layers (every entry of the profile's layers list, the embedding and the head "
+                             f"included): make them add up to {n_layers}")
     return tuple(counts)
+
+
+def _placement_hint(chunks: int, p: int) -> str:
+    """Which placement on p ranks has `chunks` chunks on its route, as a clause; empty when none does."""
+    if chunks == p:
+        return f", or use placement linear ({p} chunks)"
+    if chunks == 2 * p:
+        return f", or use placement v ({2 * p} chunks)"
+    if chunks % p == 0:
+        return f", or use placement interleaved:{chunks // p} ({chunks} chunks)"
+    return ""
 
 
 def groups(layers: Sequence[Layer], counts: Sequence[int]) -> list[tuple[Layer, ...]]:

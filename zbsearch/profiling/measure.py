@@ -319,7 +319,6 @@ def _measure_interleaved(session: _Session, layers: Sequence[LayerSpec], x: torc
         for run in prepared:
             session.run_once(run, i)
     if session.device.type == "cpu":
-
         measure_kept(prepared, session.backward)
     return [_finish(run) for run in prepared]
 

@@ -259,7 +259,6 @@ def write(comp: Comparison, prefix: str | Path, figures: Sequence[str] = ("png",
         if fmt not in ("png", "svg"):
             raise CompareInputError("figure format", f" {fmt!r}: use png, svg, or none")
     if figures:
-
         require_matplotlib()  # fail before writing anything when matplotlib is missing
     prefix.parent.mkdir(parents=True, exist_ok=True)
     md, cs = prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".csv")

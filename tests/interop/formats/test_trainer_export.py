@@ -185,7 +185,8 @@ def test_a_split_that_does_not_fit_the_schedule_is_refused(tmp_path, fmt):
     with_profile = toy_profile(7)  # one more layer than the split names
     assert refused(other, fmt, tmp_path, PartitionError, with_profile) == (
         "schedule '1f1b''s split does not fit profile 'toy' (layers per chunk 3,5 add up to 8 but the model has 9 "
-        "layers: make them add up to 9): use the profile the schedule was solved on")
+        "layers (every entry of the profile's layers list, the embedding and the head included): make them add "
+        "up to 9): use the profile the schedule was solved on")
 
 
 @pytest.mark.parametrize("kinds,match", [

@@ -367,7 +367,6 @@ def worker(rank: int, job: Job) -> None:
         run = _RankRun(torch, dist, rank, job, device)
         pings = None
         if job.pingpong_sizes:
-
             pings = pingpong(torch, dist, rank, job.pingpong_sizes, device)
         for step in range(job.warmup + job.steps):
             run.step(step)

@@ -186,11 +186,12 @@ def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int
     t0 = time.monotonic()
     results = []
     search = SplitSearch(request, t0 + time_limit)
-    for k, name in enumerate(request.placements):
+    names = _placements_with_as_many_chunks(request)
+    for k, name in enumerate(names):
         placement = parse_placement(name, request.num_ranks)
         _, counts = parse_rule(request.rule, request.profile.layers or (), placement)
         assert counts is not None
-        share = (time_limit - (time.monotonic() - t0)) / (len(request.placements) - k)
+        share = (time_limit - (time.monotonic() - t0)) / (len(names) - k)
         try:
             results.append(solve(search.problem(placement, counts), time_limit=max(share, 0.0), workers=workers,
                                  seed=seed, progress=progress))
@@ -199,6 +200,19 @@ def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int
     if not results:
         raise search.refused[0]
     return _finish(request, results, search, t0, request.rule, None)
+
+
+def _placements_with_as_many_chunks(request: SplitRequest) -> tuple[str, ...]:
+    """The placements to solve a named split on: for fixed:N1,N2,..., those of several tried whose route
+    has one chunk per count (fixed:... under auto names one placement's chunks); else every placement
+    asked. Where none has, the first is kept, and its error says which placement the counts fit."""
+    rule = request.rule.strip().lower()
+    if not rule.startswith("fixed:") or len(request.placements) == 1:
+        return request.placements
+    given = len(rule[len("fixed:"):].split(","))
+    fits = tuple(name for name in request.placements
+                 if route_length(parse_placement(name, request.num_ranks)) == given)
+    return fits or request.placements[:1]
 
 
 def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
