@@ -148,8 +148,8 @@ def _worst_figure(worst: Loss, cmd: str) -> None:
 
 def _pareto_figure(prof: Profile, comp: dict[str, cmp.Comparison], cmd: str) -> None:
     m = prof.microbatches
-    points = (cmp.pareto_points(comp["linear"].rows_for(m), "zbsearch, linear placement")
-              + cmp.pareto_points(comp["v"].rows_for(m), "zbsearch, V-shape placement"))
+    points = (cmp.pareto_points(comp["linear"].rows_for(m), "zbsearch, linear placement", "linear")
+              + cmp.pareto_points(comp["v"].rows_for(m), "zbsearch, V-shape placement", "v"))
     figures(RESULTS / "pareto_hetero_p8_m24", lambda path: plot_pareto(
         points, path, title="Heterogeneous stages, p=8, m=24: bubble rate (makespan) against peak activation memory",
         objective="makespan", p=prof.num_stages, footer=f"regenerate: {cmd}"))

@@ -23,8 +23,8 @@ def pareto_section(args: argparse.Namespace) -> None:
     vshape = cmp.compare(prof, limits=PARETO_LIMITS, schedules="none", objective="makespan",
                          time_limit=args.time_limit, placement="v")
     log("pareto v done")
-    points = (cmp.pareto_points(linear.rows, "zbsearch, linear placement")
-              + cmp.pareto_points(vshape.rows, "zbsearch, V-shape placement"))
+    points = (cmp.pareto_points(linear.rows, "zbsearch, linear placement", "linear")
+              + cmp.pareto_points(vshape.rows, "zbsearch, V-shape placement", "v"))
     title = "Zero Bubble paper 1.5B, p=8, m=24: bubble rate (makespan) against peak activation memory"
     figures(RESULTS / "pareto_1.5b_m24", lambda path: plot_pareto(
         points, path, title=title, objective="makespan", p=prof.num_stages, footer=f"regenerate: {cmd}"))

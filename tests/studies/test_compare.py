@@ -285,3 +285,20 @@ def test_pareto_frontier_is_the_best_at_or_below_each_memory() -> None:
     assert _step_value(line, 8.0) == 0.30
     assert _step_value(line, 14.4) == _step_value(line, 19.0) == _step_value(line, 24.0) == 0.1609
     assert line.get_xdata()[-1] == pytest.approx(24.0 * 1.08)
+
+
+@pytest.mark.parametrize("placement,says", [("linear", ", on the linear placement only"),
+                                            ("auto", ", on the linear and V-shape placements only")])
+def test_a_bound_line_says_which_placements_it_holds_on(placement: str, says: str) -> None:
+    """Issue 29, defect 7: the linear placement's bound line sat above ZB-V's point, as if ZB-V beat a
+    proven bound; the legend now says which placements the bound covers."""
+    pytest.importorskip("matplotlib")
+    from zbsearch.report.plot import ParetoPoint, pareto_figure
+    from zbsearch.studies.figures import placement_words
+
+    over = placement_words(placement)
+    points = [ParetoPoint("zbsearch at 1p", 8.0, 0.30, "zbsearch", 8.0, 0.25, "zbsearch", over),
+              ParetoPoint("zb-v", 8.0, 0.20)]
+    fig = pareto_figure(points, title="t", objective="makespan", p=8)
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert f"zbsearch: proven lower bound at that limit{says}" in labels

@@ -28,6 +28,7 @@ from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOp
     parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
 from ..core.memory import above_usable
+from ..core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
 from ..core.profile import load_profile
 from ..interop.formats.export import export
 from ..search.problem import make_problems
@@ -232,7 +233,7 @@ def solve(
 
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
-    auto = search.AUTO_PLACEMENTS + (search.PARAM_COPY_PLACEMENTS if allow_param_copies else ())
+    auto = AUTO_PLACEMENTS + (PARAM_COPY_PLACEMENTS if allow_param_copies else ())
     _warn_above_device(profile, uniform, mem_limit, headroom)
     implied = partition is None and split.has_layers(profile, uniform)
     if implied:

@@ -7,6 +7,9 @@ from .errors import PreconditionError, ZbsearchError
 from .ir import Placement, dualpipe, interleaved, linear, vshape
 
 PLACEMENT_NAMES = "linear, interleaved:V, v, dualpipe, auto"
+# What `auto` tries, and what it adds when the user allows a second parameter copy per rank.
+AUTO_PLACEMENTS = ("linear", "v")
+PARAM_COPY_PLACEMENTS = ("dualpipe",)
 
 
 def even_ranks(p: int) -> str | None:

@@ -17,7 +17,9 @@ class ParetoPoint:
 
     peak: peak activation memory on the busiest rank, in multiples of that rank's stage M_B.
     bubble: bubble rate under the plot's objective. limit: for a solved point, the memory limit it
-    was solved under (same unit); bound: the bubble rate of the proven lower bound at that limit.
+    was solved under (same unit); bound: the bubble rate of the proven lower bound at that limit;
+    bound_over: the placements that bound holds on ("linear", "linear and V-shape"): a schedule on another
+    placement may sit below it.
     """
 
     label: str
@@ -27,6 +29,7 @@ class ParetoPoint:
     limit: float | None = None
     bound: float | None = None
     series: str = "zbsearch"  # solved points of one series share a frontier line
+    bound_over: str | None = None
 
 
 _SERIES_STYLES = [("black", "-"), ("#b2182b", "--"), ("#2166ac", "-.")]
@@ -109,8 +112,11 @@ def _draw_series(ax: Any, mine: list[ParetoPoint], name: str, style: tuple[str, 
     if any(q.bound is not None and q.bound < q.bubble - 1e-9 for q in mine):
         at = [(x if x is not None else q.peak, q.bound) for q, x in zip(mine, map(_finite_limit, mine))
               if q.bound is not None]
+        over = {q.bound_over for q in mine if q.bound_over is not None}
+        where = f", on the {' / '.join(sorted(over))} placement{'s' if any(' and ' in o for o in over) else ''} only" \
+            if over else ""
         ax.plot([x for x, _ in at], [b for _, b in at], linestyle=":", marker="_", markersize=10, color=color,
-                linewidth=1.2, zorder=3, label=f"{name}: proven lower bound at that limit")
+                linewidth=1.2, zorder=3, label=f"{name}: proven lower bound at that limit{where}")
 
 
 def _style_axes(ax: Any, points: Sequence[ParetoPoint], xmax: float, objective: str, p: int) -> None:

@@ -18,7 +18,7 @@ from ..core.ir import Action, Kind, Placement, Schedule, build
 from ..core.memory import (DEFAULT_HEADROOM, MemoryLimit, activation_need, check_feasible, parse_mem_limit,
                            short_of)
 from ..core.objective import Objective
-from ..core.placement import parse_placement
+from ..core.placement import AUTO_PLACEMENTS, parse_placement
 from ..core.profile import Profile
 from ..core.stage_cost import StageCost
 from ..schedules.dualpipe import DUALPIPE
@@ -132,7 +132,7 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: Objective |
 
 
 def make_problems(profile: Profile, mem_limit: str | None, objective: Objective | str, placement: str,
-                  auto: tuple[str, ...] = ("linear", "v"), headroom: float | None = None) -> list[Problem]:
+                  auto: tuple[str, ...] = AUTO_PLACEMENTS, headroom: float | None = None) -> list[Problem]:
     """One problem per placement to try: `auto` tries each of `auto` that applies to the profile's p and
     m (see placement_problem), anything else just itself."""
     names = auto if placement.strip().lower() == "auto" else (placement,)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.memory import parse_mem_limit
+from ..core.placement import AUTO_PLACEMENTS
 from ..report.render import fmt_number
 from ..sim.simulate import Timeline
 from ..report import plot
@@ -45,19 +46,33 @@ def _best_limit_row(comp: Comparison, m: int, name: str) -> Row:
     return next((r for r in rows if r.within_limit), rows[-1])
 
 
-def pareto_points(rows: Sequence[Row], series: str = "zbsearch") -> list[ParetoPoint]:
+def pareto_points(rows: Sequence[Row], series: str = "zbsearch", placement: str | None = None) -> list[ParetoPoint]:
     """Points for plot.pareto_figure: each fixed schedule once, each solved row with its limit, in
-    the frontier `series`."""
+    the frontier `series`; `placement`: what the solved rows were solved on (compare's --placement), which
+    their bounds hold on."""
+    over = None if placement is None else placement_words(placement)
 
     points, seen = [], set()
     for r in rows:
         if r.source == "zbsearch":
             points.append(ParetoPoint(f"zbsearch at {r.mem_limit}", r.peak_memory, r.bubble_rate, "zbsearch",
-                                      _limit_in_stage_units(r), r.bubble_rate_lower_bound, series))
+                                      _limit_in_stage_units(r), r.bubble_rate_lower_bound, series, over))
         elif r.schedule not in seen:
             seen.add(r.schedule)
             points.append(ParetoPoint(r.schedule, r.peak_memory, r.bubble_rate, r.source))
     return points
+
+
+def placement_words(placement: str) -> str:
+    """A placement as the figures name it: `auto` is every placement it tries.
+
+    >>> placement_words("auto"), placement_words("v"), placement_words("interleaved:2")
+    ('linear and V-shape', 'V-shape', 'interleaved:2')
+    """
+    words = {"linear": "linear", "v": "V-shape", "dualpipe": "DualPipe"}
+    if placement.strip().lower() == "auto":
+        return " and ".join(words[name] for name in AUTO_PLACEMENTS)
+    return words.get(placement.strip().lower(), placement)
 
 
 def _limit_in_stage_units(row: Row) -> float | None:
@@ -96,7 +111,7 @@ def write_figures(comp: Comparison, prefix: str | Path, formats: Sequence[str] =
             if charts:
                 title = f"{setup}, m={m}: every compared schedule on one time axis"
                 written.append(plot.plot_gantt_grid(charts, paths[("gantt", m)], suptitle=title, footer=footer))
-            points = pareto_points(comp.rows_for(m), series)
+            points = pareto_points(comp.rows_for(m), series, comp.placement)
             if points:
                 title = f"{setup}, m={m}: bubble rate ({comp.objective}) against peak activation memory"
                 written.append(plot.plot_pareto(points, paths[("pareto", m)], title=title, objective=comp.objective,

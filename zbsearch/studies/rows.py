@@ -17,6 +17,7 @@ from ..sim.simulate import Timeline
 from ..sim.summary import Summary, summarize
 from ..sim.validate import check, memory_problems
 from ..core.objective import Objective
+from ..core.placement import AUTO_PLACEMENTS
 from ..interop.formats.torch_import import torch_builtin
 
 TORCH_BUILTINS = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
@@ -136,7 +137,7 @@ def solved_row(profile: Profile, limit: str, objective: str, *, placement: str =
     # defers OR-Tools until a row is solved
     from ..search.solve import driver as search
 
-    problems = make_problems(profile, limit, objective, placement, search.AUTO_PLACEMENTS)
+    problems = make_problems(profile, limit, objective, placement, AUTO_PLACEMENTS)
     result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed)
     report = result.report()
     start = report.start_heuristic

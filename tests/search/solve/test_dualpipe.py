@@ -25,7 +25,8 @@ from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_b
 from zbsearch.search.bounds.relaxations import overlap_relaxation
 from zbsearch.core.placement import parse_placement
 from zbsearch.search.problem import Problem, make_problem, make_problems
-from zbsearch.search.solve.driver import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS, solve
+from zbsearch.core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
+from zbsearch.search.solve.driver import solve
 from zbsearch.sim.summary import summarize
 from zbsearch.sim.validate import check, validate
 

@@ -23,10 +23,6 @@ from .incumbent import fuse_if_faster, with_backwards_split
 from .report import PlacementOutcome, Progress, SolveDetails, SolveResult
 from .starts import Start, heuristic_start, periodic_applies, periodic_start, tuned_start
 
-AUTO_PLACEMENTS = ("linear", "v")
-# Placements `auto` adds when the user allows a second parameter copy per rank.
-PARAM_COPY_PLACEMENTS = ("dualpipe",)
-
 
 @dataclass(frozen=True)
 class _Bounds:
