@@ -209,8 +209,25 @@ def test_library_errors_speak_in_domain_terms_and_name_their_fields(call, error,
 @pytest.fixture(scope="module")
 def measured() -> Profile:
     pytest.importorskip("torch")
-    request = MeasureRequest(device="cpu", warmup=2, repeats=9, threads=1)
+    # No threads given: on a CPU the profiler measures with what each rank of a run gets (RUN_THREADS, 1).
+    request = MeasureRequest(device="cpu", warmup=2, repeats=9)
     return profile_measured("gpt", StageSplit(stages=2), request=request, shape=TINY)
+
+
+@pytest.mark.torch
+def test_a_cpu_profile_is_measured_with_the_runs_threads_and_says_so(measured: Profile) -> None:
+    # issue 29: measured with torch's default (2 threads here), a profile predicted 2.36 s for a 3.98 s run.
+    from dataclasses import replace
+
+    from zbsearch.interop.run.launcher import thread_mismatch
+    from zbsearch.profiling.request import RUN_THREADS
+
+    assert RUN_THREADS == 1
+    assert measured.details["environment"]["threads"] == 1 and measured.source["device"].endswith(", 1 torch thread")
+    assert thread_mismatch(measured) is None
+    two = replace(measured, details={**measured.details, "environment": {**measured.details["environment"], "threads": 2}})
+    assert "measured with 2 torch threads, but each rank of this run computes with 1" in thread_mismatch(two)
+    assert thread_mismatch(replace(two, details={**two.details, "device": "cuda:0"})) is None
 
 
 @pytest.mark.torch

@@ -139,7 +139,8 @@ CalibrateOpt = Annotated[bool, typer.Option(
          "(zbsearch calibrate) and add them to the profile.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", metavar="N", rich_help_panel=MEASURE_PANEL, min=1,
-    help="CPU threads for torch while measuring (default: torch's). 1 is steadiest on a shared machine.")]
+    help="CPU threads for torch while measuring (default 1 on a CPU: what each rank of zbsearch run computes "
+         "with, so the profile predicts the run).")]
 InterleaveOpt = Annotated[bool, typer.Option(
     "--interleave/--layer-by-layer", rich_help_panel=MEASURE_PANEL,
     help="interleave: build every layer, then time them round-robin so drift in the machine's speed hits "

@@ -18,10 +18,10 @@ from rich.table import Table
 from ..core.errors import ZbsearchError
 from ..core.fileio import write_atomic
 from ..core.ir import Kind, Schedule
-from .console import stdout_console
+from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
-from ..interop.run.launcher import run
+from ..interop.run.launcher import run, thread_mismatch
 
 if TYPE_CHECKING:
     from ..interop.run.launcher import RunResult
@@ -110,6 +110,9 @@ def run_command(
 
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    mismatch = thread_mismatch(problem)
+    if mismatch is not None:
+        print_warning(mismatch)
     with naming_subjects(SUBJECTS):
         result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms,
                      warmup=warmup, device=device, check=check, timeout_s=timeout)

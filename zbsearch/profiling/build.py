@@ -26,7 +26,8 @@ from .hardware import default_dtype, device_info, gpu_spec, import_torch, measur
 from .partition import check_stage_counts, linear_partition, stage_costs
 from .presets import Preset, is_builtin, resolve_shape
 from .request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, LlamaShape,
-    MeasureRequest, MoeShape, PipelineSetup, Progress, StageSplit, bad_input, check_choice, check_factory_spec)
+    RUN_THREADS, MeasureRequest, MoeShape, PipelineSetup, Progress, StageSplit, bad_input, check_choice,
+    check_factory_spec)
 from .transformer import inventory
 
 GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
@@ -345,6 +346,8 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
 
     dev = resolve_device(request.device)
     request = replace(request, dtype=request.dtype or default_dtype(dev)).check()
+    if dev.type == "cpu" and request.threads is None:
+        request = replace(request, threads=RUN_THREADS)  # the run's conditions, so profile and run agree
     if split.stages is not None:
         check_stages(split.stages)
     setup.check()

@@ -246,6 +246,13 @@ class PipelineSetup:
         return self
 
 
+# The torch threads each rank of `zbsearch run` computes with (interop/run/worker.py): measuring a CPU
+# profile with as many is what makes its times the run's (issue 29: with torch's default, 2 threads on a
+# 2-core machine, a profile predicted 2.36 s per iteration for a run that took 3.98 s; with 1, 4.05 s for
+# 4.00 s).
+RUN_THREADS = 1
+
+
 @dataclass(frozen=True)
 class MeasureRequest:
     """How to measure the layers on a device (see `measure.measure_layers`)."""
@@ -254,7 +261,7 @@ class MeasureRequest:
     dtype: str | None = None  # None: bf16 on a GPU, fp32 on a CPU
     warmup: int = DEFAULT_WARMUP  # untimed runs of every pass
     repeats: int = DEFAULT_REPEATS  # timed runs; the median is kept
-    threads: int | None = None  # CPU threads for torch while measuring; None: torch's
+    threads: int | None = None  # CPU threads for torch while measuring; None: RUN_THREADS, as a run has
     interleave: bool = True  # round-robin over resident layers; False: one layer at a time
 
     def check(self) -> "MeasureRequest":

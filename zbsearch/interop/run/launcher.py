@@ -36,6 +36,7 @@ from typing import Any
 from ...core.errors import RunError
 from ...core.ir import Schedule
 from ...core.profile import Profile
+from ...profiling.request import RUN_THREADS
 from ...sim.validate import validate
 from . import worker as worker_module
 from ..formats.export import export, torch_compatible
@@ -45,6 +46,19 @@ from .worker import MODELS, Job, require_torch, worker
 
 BACKENDS = ("gloo", "nccl")
 DEVICES = {"gloo": "cpu", "nccl": "cuda"}  # the device each backend runs on
+
+
+def thread_mismatch(profile: Profile | None) -> str | None:
+    """Why a CPU profile's times will not be the run's: it was measured with more (or fewer) torch threads
+    than each rank computes with (RUN_THREADS); None when they agree or the profile does not say."""
+    if profile is None or profile.details.get("device") != "cpu":
+        return None
+    threads = (profile.details.get("environment") or {}).get("threads")
+    if not isinstance(threads, int) or threads == RUN_THREADS:
+        return None
+    return (f"profile {profile.label} was measured with {threads} torch threads, but each rank of this run computes "
+            f"with {RUN_THREADS}: its predicted times will not be the run's; profile again with {RUN_THREADS} "
+            f"thread{'s' if RUN_THREADS != 1 else ''} (the profiler's default on a CPU)")
 
 
 def _free_port() -> int:

@@ -21,11 +21,11 @@ from typing import Any, Callable
 
 from ...core.errors import DependencyError, RunError
 from ...core.ir import Schedule
-from .model import ModelPlan
+from ...profiling.request import RUN_THREADS
 from ..formats.torch_import import INSTALL_HINT
-from .probe import pingpong
 from .build import build_profiled
-from .probe import MemoryProbe
+from .model import ModelPlan
+from .probe import MemoryProbe, pingpong
 
 MODELS = ("mlp", "gpt-tiny")
 # float64 model: the pipeline and the reference differ only by summation order.
@@ -354,7 +354,7 @@ def worker(rank: int, job: Job) -> None:
     torch = require_torch()
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(RUN_THREADS)
     cpus = _pin(rank) if job.pin_cpu else None
     # The launcher reports a failure in one line; torch's runtime would also log the whole schedule.
     logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
