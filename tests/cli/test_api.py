@@ -40,3 +40,12 @@ def test_the_documented_names_are_the_exported_ones() -> None:
     documented = set(re.findall(r"`(\w+)`", table))
     subclasses = {name for name in zbsearch.__all__ if name.endswith("Error") and name != "ZbsearchError"}
     assert documented == set(zbsearch.__all__) - subclasses
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    # Launchers that start a module (torchrun -m, srun python -m) reach the same CLI.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "zbsearch", "list"], capture_output=True, text=True, check=True)
+    assert "zb-h1" in out.stdout and "1f1b" in out.stdout

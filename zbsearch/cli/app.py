@@ -297,7 +297,7 @@ def _warn_even_chunks(prof: Any, problems: list[Any], quiet: bool) -> None:
         return
     fix = ("add --partition balanced (or auto) to cost every chunk from its layers" if prof.layers is not None
            else "the profile has no layers, so these costs are a guess")
-    print_error(f"note: on {', '.join(chunked)} each chunk's cost is an even split of its rank's stage; {fix}")
+    print_warning(f"on {', '.join(chunked)} each chunk's cost is an even split of its rank's stage; {fix}")
 
 
 @app.command("list")
