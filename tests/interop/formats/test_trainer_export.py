@@ -50,8 +50,9 @@ def with_split(name: str, p: int, m: int, counts: list[int]) -> Schedule:
 
 LINEAR_TOML = '''\
 # torchtitan: stages and order of zbsearch schedule '1f1b' (placement linear: 2 ranks, 2 stages, 4 microbatches).
-# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). Later versions
-# take the same values as config.parallelism.<key> or --parallelism.<key>.
+# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). torchtitan's main
+# branch (Python configs, since April 2026) names the head lm_head, not output: the module names here
+# are 0.2.x's; rename them for main, or every module not listed is silently dropped from its stage.
 # Part i is torch's stage i; rank r builds stage r. Leave pipeline_parallel_layers_per_stage unset.
 # Microbatches must be 4: training.local_batch_size / pipeline_parallel_microbatch_size (0.2.x),
 # or parallelism.num_pp_microbatches (later versions).

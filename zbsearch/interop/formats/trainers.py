@@ -74,8 +74,9 @@ def torchtitan_toml(schedule: Schedule, split: Split, csv_path: str) -> str:
     return (
         f"# torchtitan: stages and order of zbsearch schedule {schedule.name!r} (placement "
         f"{schedule.placement.name}: {p} ranks, {n} stages, {m} microbatches).\n"
-        "# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). Later versions\n"
-        "# take the same values as config.parallelism.<key> or --parallelism.<key>.\n"
+        "# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). torchtitan's main\n"
+        "# branch (Python configs, since April 2026) names the head lm_head, not output: the module names here\n"
+        "# are 0.2.x's; rename them for main, or every module not listed is silently dropped from its stage.\n"
         f"# Part i is torch's stage i; {layout}. Leave pipeline_parallel_layers_per_stage unset.\n"
         f"# Microbatches must be {m}: training.local_batch_size / pipeline_parallel_microbatch_size (0.2.x),\n"
         f"# or parallelism.num_pp_microbatches (later versions).\n"
