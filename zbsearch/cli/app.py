@@ -29,7 +29,6 @@ from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOp
 from ..core.ir import Schedule
 from ..core.memory import above_usable
 from ..core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
-from ..core.profile import load_profile
 from ..interop.formats.export import export
 from ..search.problem import make_problems
 from ..core.profile import profile_schema
@@ -234,7 +233,6 @@ def solve(
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     auto = AUTO_PLACEMENTS + (PARAM_COPY_PLACEMENTS if allow_param_copies else ())
-    _warn_above_device(profile, uniform, mem_limit, headroom)
     implied = partition is None and split.has_layers(profile, uniform)
     if implied:
         partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
@@ -242,6 +240,8 @@ def solve(
         prof = split.load_layer_profile(profile, p, m)
     else:
         prof = load_cli_profile(profile, uniform, p, m, uniform_memory)
+    _warn_above_device(prof, mem_limit, headroom)
+    if partition is None:
         placement = placement or "linear"
         with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
             problems = make_problems(prof, mem_limit, objective, placement, auto, headroom)
@@ -280,11 +280,9 @@ def solve(
         out.print(f"wrote {export_torch}")
 
 
-def _warn_above_device(path: Path | None, uniform: object, mem_limit: str, headroom: float) -> None:
+def _warn_above_device(prof: Any, mem_limit: str, headroom: float) -> None:
     """A size above the device less its headroom is taken as written; say so (it is rarely meant)."""
-    if path is None or uniform is not None:
-        return
-    why = above_usable(mem_limit, load_profile(path), headroom)
+    why = above_usable(mem_limit, prof, headroom)
     if why is not None:
         print_warning(f"--mem-limit: {why}")
 

@@ -54,8 +54,9 @@ class Budget:
     # the bound over every split at the end (`python bench/partition_study.py`).
     split_search_share: float = 0.45
     split_bound_share: float = 0.15
-    # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve: well under a second
-    # per rank in CPython.
+    # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve before it gives up (no
+    # bound): well under a second per rank in CPython. Tight limits keep the count small (few forwards in
+    # flight); a rank with room for many, where the analytic start and end idle are already close, may run out.
     rank_walk_states: int = 20_000
     # The same walk in the partition search, ten times solve's: each rank is walked once however many
     # splits hold it. On the partition study's V-shapes it raised the bound over every split

@@ -119,8 +119,8 @@ class Problem:
             check_feasible(self.profile, self.placement, self.limit)
 
 
-def make_problem(profile: Profile, mem_limit: str | None, objective: Objective | str = Objective.MAKESPAN, placement: str = "linear",
-                 headroom: float | None = None) -> Problem:
+def make_problem(profile: Profile, mem_limit: str | None, objective: Objective | str = Objective.MAKESPAN,
+                 placement: str = "linear", headroom: float | None = None) -> Problem:
     """A problem from the strings users type (see parse_mem_limit and parse_placement)."""
     p, m = profile.num_stages, profile.microbatches
     chosen = parse_placement(placement, p)

@@ -42,7 +42,7 @@ from ..budget import BUDGET
 from ..problem import Pass, Problem, longest_from
 from .relaxations import bound_passes
 from .rank_chain import RankChain, Step
-from .rank_sequence import MAX_EXPANSIONS, least_span
+from .rank_sequence import least_span
 from .window_nesting import nested_spans
 from ...sim.validate import MEMORY_RTOL
 from ...core.objective import Objective
@@ -108,7 +108,7 @@ def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, t
 
 
 def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, nesting: bool = True,
-                deadline: float | None = None, chain_states: int = MAX_EXPANSIONS) -> list[RankBound]:
+                deadline: float | None = None, chain_states: int = BUDGET.rank_walk_states) -> list[RankBound]:
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
     (see _with_chains; each walk gives up past `chain_states` states), and with `nesting` nest each
     deeper rank's window in the ranks above it (bounds/window_nesting.py, whose deepest walk stops at
@@ -162,7 +162,7 @@ CHAIN_REACH = 0.1
 
 
 def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str,
-                 states: int = MAX_EXPANSIONS) -> list[RankBound]:
+                 states: int = BUDGET.rank_walk_states) -> list[RankBound]:
     """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
     and come within CHAIN_REACH of the largest rank bound."""
     top = objective_bound(out, objective) if out else 0.0

@@ -38,10 +38,6 @@ from ..budget import BUDGET
 from .chain_walk import least_chain_span
 from .rank_chain import RankChain, RankPasses
 
-# The search gives up (no bound) past Budget.rank_walk_states expanded (budget.py). Tight limits keep
-# the state count small (few forwards in flight); a rank with room for many, where the start and end
-# idle of bounds/analytic.py are already close, may run out.
-MAX_EXPANSIONS = BUDGET.rank_walk_states
 # Where the limit holds this many round trips' worth of the rank's passes, the walk is skipped: memory
 # then rarely holds a forward back, the walk is at its longest, and on the paper's Table 5 profiles and
 # the hetero-random instances (0.5p to 2p) it raised no bound there (the largest ratio where it did: 1.54).
@@ -53,7 +49,7 @@ CHAIN_AMPLE = 1.0
 FRONT_CAP = 8
 
 
-def least_span(rank: RankPasses | RankChain, max_expansions: int = MAX_EXPANSIONS,
+def least_span(rank: RankPasses | RankChain, max_expansions: int = BUDGET.rank_walk_states,
                ample: float | None = None) -> float | None:
     """The least time from the rank's first pass's start to its last pass's end, or None when the
     search exceeds `max_expansions` states, the limit holds `ample` round trips, or no order fits the
@@ -85,7 +81,7 @@ def _counts_to_walk(chain: RankChain) -> float:
 State = tuple[float, tuple[tuple[float, ...], ...]]  # machine free at; per timed step, pending starts
 
 
-def least_to_last_backward(chain: RankChain, max_expansions: int = MAX_EXPANSIONS,
+def least_to_last_backward(chain: RankChain, max_expansions: int = BUDGET.rank_walk_states,
                            deadline: float | None = None) -> float | None:
     """The least time from the rank's first pass's start to the end of its last forward or backward
     (weight passes after it not counted), or None when the search exceeds `max_expansions` states, the

@@ -149,8 +149,16 @@ def handcrafted(p: int, m: int, placement_names: set[str] | None = None) -> Iter
             yield (name if v is None else f"{name}(v={v})"), sched
 
 
-def quick_cost(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tuple[float, float, float] | None:
-    """(makespan, span, peak in stage-M_B units) of a schedule by the simulator, or None when it
+class QuickCost(NamedTuple):
+    """A schedule's makespan and span by the simulator, and its peak in stage-M_B units."""
+
+    makespan: float
+    span: float
+    peak: float
+
+
+def quick_cost(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> QuickCost | None:
+    """The makespan, span and peak of a schedule by the simulator, or None when it
     deadlocks, does not fit this profile, or exceeds the limit by the validator's own tolerance. Only
     ranks candidates: whatever `candidates` and `best` return has been through zbsearch.sim.validate,
     which also checks completeness (skipped here because it costs as much as the timing)."""
@@ -163,7 +171,7 @@ def quick_cost(schedule: Schedule, profile: Profile, limit: MemoryLimit) -> tupl
     peaks = [tl.peak_memory(r) for r in range(tl.num_ranks)]
     if any(over_limit(peak, cap) for peak, cap in zip(peaks, limit.per_rank)):
         return None
-    return tl.makespan, tl.span, _peak_units(profile, peaks)
+    return QuickCost(tl.makespan, tl.span, _peak_units(profile, peaks))
 
 
 class Candidate(NamedTuple):
@@ -208,8 +216,7 @@ def _handcrafted_pending(problem: Problem, same_placement: bool) -> list[_Pendin
         quick = quick_cost(sched, profile, problem.limit)
         if quick is None:
             continue       # deadlocks or over the limit: validation would reject it
-        cost = quick[0] if problem.objective is Objective.MAKESPAN else quick[1]
-        out.append(_Pending(name, (cost, quick[2]), lambda s=sched: s))
+        out.append(_Pending(name, (problem.objective.of(quick), quick.peak), lambda s=sched: s))
     return out
 
 

@@ -127,8 +127,8 @@ def better(a: Key, b: Key) -> bool:
     return a[0] < b[0] * (1 - 1e-12) or (a[0] <= b[0] * (1 + 1e-12) and a[1] < b[1] * (1 - 1e-12))
 
 
-def tune(problem: Problem, *, base: GreedyOptions = GreedyOptions("list"), deadline: float = math.inf, max_evaluations: int = 2000,
-         seed: int = 0) -> Tuned | None:
+def tune(problem: Problem, *, base: GreedyOptions = GreedyOptions("list"), deadline: float = math.inf,
+         max_evaluations: int = 2000, seed: int = 0) -> Tuned | None:
     """The best per-rank list greedy found before `deadline` (time.monotonic()) and within
     `max_evaluations` engine runs; None when no start fits the limit. `base` carries the placement's
     fixed switches (pairs, by_route). The same arguments give the same answer unless the deadline cuts

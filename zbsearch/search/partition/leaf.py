@@ -82,7 +82,8 @@ class RankCache:
         several = chains and placement.num_chunks > placement.num_ranks  # one chunk: walked in both
         # Without the nesting: its walks cost the split walk more splits than it raised (partition
         # study: the V bound over every split fell on llama3-8b p=4 61 GiB and deepseek 42 GiB).
-        bounds = rank_bounds(problem, bound_passes(problem), chains=several, nesting=False, chain_states=BUDGET.split_rank_walk_states)
+        bounds = rank_bounds(problem, bound_passes(problem), chains=several, nesting=False,
+                             chain_states=BUDGET.split_rank_walk_states)
         # A rank holding several chunks gets `sequence` from the chain walk alone (bounds._with_chains), so
         # without it, it is the bound the walk started from: one call gives both.
         plain = [objective_bound([replace(b, sequence=0.0) if several and len(placement.chunks_on(b.rank)) > 1 else b],
