@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..core.profile import Profile, load_profile
+from ..profiling.distributed import reports_here
 from .console import stdout_console
 from .options import OUTPUT_PANEL, PROBLEM_PANEL, naming_subjects
 from .params import StrList, parse_memory_model, parse_str_list
@@ -87,6 +88,8 @@ def calibrate_command(
     with naming_subjects(SUBJECTS):
         result = calibrate(load_profile(profile), backend=backend, device=device, steps=steps, warmup=warmup,
                            timeout_s=timeout, memory_model=memory_model, pin_cpu=pin)
+    if not reports_here():  # torchrun's other ranks: rank 0 writes the same result
+        return
     result.save(output)
     out = stdout_console()
     info = result.details["calibration"]

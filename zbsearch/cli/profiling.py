@@ -21,6 +21,7 @@ from rich.table import Table
 from ..core.errors import ProfilerError, ZbsearchError
 from ..core.profile import Profile
 from ..profiling.build import profile_estimate, profile_measured
+from ..profiling.distributed import reports_here, torchrun_env
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shape
 from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
@@ -315,10 +316,10 @@ def profile(
         else:
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
                                      interleave=interleave)
-            with progress_bar("profiling") as bar:
-                result = profile_measured("gpt" if is_builtin(model) else model, split, setup, request,
-                                          shape=shape, attention=attention, seed=seed, name=name, progress=bar,
-                                          memory_model=memory_model or "torch-runtime")
+            result = _measure(model, split, setup, request, shape=shape, attention=attention, seed=seed, name=name,
+                              memory_model=memory_model or "torch-runtime", calibrate=calibrate)
+        if result is None:  # a torchrun rank other than 0: it timed the link, rank 0 measures and writes
+            return
         if estimate and memory_model is not None:
             result = replace(result, memory_model=memory_model)
         if calibrate:
@@ -354,6 +355,16 @@ def _estimate(model: str, shape: Shape | None, preset: Preset | None, gpu: Optio
     if gpu is None:
         raise ProfilerError(f"--estimate needs --gpu {'|'.join(GPUS)}, e.g. --estimate --gpu h100 --mfu 0.4")
     return profile_estimate(shape, gpu.lower(), split, setup, preset=preset, **options)
+
+
+def _measure(model: str, split: StageSplit, setup: PipelineSetup, request: MeasureRequest, *, calibrate: bool,
+             **options: Any) -> Profile | None:
+    """The measured profile (None on a torchrun rank other than 0: it only timed the link)."""
+    if calibrate and torchrun_env() is not None:
+        raise ProfilerError("--calibrate runs its own processes: under torchrun, write the profile first, then run "
+                            "zbsearch calibrate PROFILE.json -o OUT.json under torchrun")
+    with progress_bar("profiling", enabled=reports_here()) as bar:
+        return profile_measured("gpt" if is_builtin(model) else model, split, setup, request, progress=bar, **options)
 
 
 def _print_summary(result: Profile, output: Optional[Path]) -> None:

@@ -22,6 +22,7 @@ from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
 from ..interop.run.launcher import run, thread_mismatch
+from ..profiling.distributed import reports_here
 
 if TYPE_CHECKING:
     from ..interop.run.launcher import RunResult
@@ -101,6 +102,9 @@ def run_command(
 ) -> None:
     """Run a schedule on torch.distributed (one process per rank) and check it against a single process.
 
+    Started by torchrun (`torchrun --nnodes N --nproc-per-node K ... -m zbsearch run ...`, N*K ranks), each
+    process runs its own rank, found from torchrun's environment, and rank 0 prints the report.
+
     With --profile, runs the model the profile was made from, cut into the schedule's chunks, in the
     profile's dtype, and prints per step the measured iteration time and per rank, chunk and pass the
     measured mean next to the profile's time (a profile that records no model runs a small float64
@@ -111,11 +115,13 @@ def run_command(
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     mismatch = thread_mismatch(problem)
-    if mismatch is not None:
+    if mismatch is not None and reports_here():
         print_warning(mismatch)
     with naming_subjects(SUBJECTS):
         result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms,
                      warmup=warmup, device=device, check=check, timeout_s=timeout)
+    if not reports_here():  # torchrun's other ranks: rank 0 prints and writes the same result
+        raise typer.Exit(0 if result.ok else 1)
     text = json.dumps(result.to_dict(), indent=1) + "\n"
     if output is not None:
         write_atomic(output, text)

@@ -22,6 +22,7 @@ from ..core.errors import PartitionError, ProfilerError
 from ..core.profile import Profile, check_microbatches, check_stages
 from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
 from .estimate import PAPER, estimate_formulas, estimate_layers
+from .distributed import measure_link, torchrun_env
 from .hardware import default_dtype, device_info, gpu_spec, import_torch, measure_link_gbps, resolve_device
 from .partition import check_stage_counts, linear_partition, stage_costs
 from .presets import Preset, is_builtin, resolve_shape
@@ -287,10 +288,14 @@ def _measured_method(request: MeasureRequest, cuda: bool) -> tuple[str, str, str
     return method, timer, order, memory
 
 
-def _resolve_link(setup: PipelineSetup, costs: Sequence[LayerCost], cuda: bool) -> tuple[PipelineSetup, str]:
-    """The link bandwidth given, else measured between two GPUs, else the default; with its origin."""
+def _resolve_link(setup: PipelineSetup, costs: Sequence[LayerCost], cuda: bool,
+                  probed: tuple[float, str] | None = None) -> tuple[PipelineSetup, str]:
+    """The link bandwidth given, else the one probed between torchrun's ranks, else measured between two
+    GPUs, else the default; with its origin."""
     if setup.link_gbps is not None:
         return setup, "--link-gbps"
+    if probed is not None:
+        return replace(setup, link_gbps=probed[0]), probed[1]
     biggest = max(c.out_bytes for c in costs)
     measured = measure_link_gbps(biggest) if cuda else None
     if measured is not None:
@@ -328,12 +333,16 @@ def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -
 def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup: PipelineSetup = PipelineSetup(),
                      request: MeasureRequest = MeasureRequest(), *, shape: GptShape | None = None,
                      attention: str = "naive", seed: int = 0, name: str | None = None,
-                     progress: Progress | None = None, memory_model: str = "torch-runtime") -> Profile:
+                     progress: Progress | None = None, memory_model: str = "torch-runtime") -> Profile | None:
     """Measure the built-in GPT (`model="gpt"`) or a user's `package.module:factory` and build its profile.
 
     `split.anchored` is set by the model (the GPT's embedding and head stay on the end stages).
     `memory_model`: the accounting plans on it use; by default what torch's runtime holds, which the
     profile measures (core/calibration.py), since a measured profile's schedules run on torch.
+
+    Under torchrun (profiling/distributed.py) every process calls this: ranks 0 and 1 time the link
+    between them (unless `setup.link_gbps` is given), then rank 0 measures the layers on its device
+    (cuda:LOCAL_RANK on a GPU) and returns the profile; the other ranks return None.
     """
     if model != "gpt" and is_builtin(model):
         raise bad_input(ProfilerError, f"model {model} is estimated only: measuring on torch covers the built-in gpt "
@@ -345,6 +354,13 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     from .measure import measure_layers
 
     dev = resolve_device(request.device)
+    env = torchrun_env()
+    probed = None
+    if env is not None:
+        dev = resolve_device(f"cuda:{env.local_rank}") if dev.type == "cuda" else dev
+        probed = measure_link(env, dev) if setup.link_gbps is None else None
+        if not env.leader:
+            return None
     request = replace(request, dtype=request.dtype or default_dtype(dev)).check()
     if dev.type == "cpu" and request.threads is None:
         request = replace(request, threads=RUN_THREADS)  # the run's conditions, so profile and run agree
@@ -360,7 +376,7 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     cuda = dev.type == "cuda"
     if not cuda:
         info["threads"] = request.threads if request.threads is not None else info["threads"]
-    setup, origin = _resolve_link(setup, costs, cuda)
+    setup, origin = _resolve_link(setup, costs, cuda, probed)
     method, timer, order, memory = _measured_method(request, cuda)
     device_name = info["name"]
     if not cuda:

@@ -83,7 +83,8 @@ def test_the_gradient_check_catches_a_wrong_gradient() -> None:
     """The comparison itself: an m-times-too-large gradient (a lost REDUCE_GRAD) and a missing one."""
     import torch
 
-    from zbsearch.interop.run.worker import build_chunks, compare_grads, loss_function, make_batch, reference
+    from zbsearch.interop.run.small_models import build_chunks, loss_function, make_batch
+    from zbsearch.interop.run.worker import compare_grads, reference
 
     chunks = build_chunks("mlp", 2, seed=0)
     x, y = make_batch("mlp", 4, 2, seed=0)
@@ -138,7 +139,7 @@ def test_without_torch_the_run_says_how_to_install_it(monkeypatch: pytest.Monkey
 
 
 def test_the_worker_refuses_an_unknown_model() -> None:
-    from zbsearch.interop.run.worker import build_chunks
+    from zbsearch.interop.run.small_models import build_chunks
 
     with pytest.raises(RunError) as err:
         build_chunks("bert", 2, seed=0)

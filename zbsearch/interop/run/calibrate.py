@@ -2,7 +2,7 @@
 action and the time of a message by its size (core/calibration.py says how plans use them).
 
 One run of `runtime.run` on the profile's rank count does both:
-- messages: before the steps, ranks 0 and 1 time a ping-pong (probe.pingpong) for sizes from 256 bytes to
+- messages: before the steps, ranks 0 and 1 time a ping-pong (profiling/distributed.pingpong) for sizes from 256 bytes to
   well past the largest activation the profile sends; half the median round trip is the one-way time;
 - per-action overhead: a pipeline whose compute is negligible (the float64 `mlp` test model, one
   Linear+Tanh per chunk) runs ZB-H1 for `steps` timed iterations. Its pure compute (F, torch's I and W
@@ -30,13 +30,13 @@ from ...core.stage_cost import StageCost
 from ...schedules import generate
 from ...sim.simulate import simulate
 from .model import seconds_per_unit
-from .worker import build_chunks
+from .small_models import build_chunks
 from .launcher import run
 
 CALIBRATION_SCHEDULE = "zb-h1"
 SMALLEST_MESSAGE = 256
 MICROBATCH_SIZE = 2  # rows of the mlp's input per microbatch (runtime.run's default)
-MLP_MESSAGE_BYTES = MICROBATCH_SIZE * 16 * 8  # one float64 activation of the mlp (worker.MLP_WIDTH = 16)
+MLP_MESSAGE_BYTES = MICROBATCH_SIZE * 16 * 8  # one float64 activation of the mlp (small_models.MLP_WIDTH = 16)
 
 
 def message_sizes(profile: Profile) -> tuple[int, ...]:

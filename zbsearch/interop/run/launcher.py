@@ -1,7 +1,10 @@
 """Run a schedule for real on torch.distributed.pipelining and check it against a plain model.
 
 `run` exports the schedule as a compute-only torch CSV, spawns one process per rank
-(torch.multiprocessing; gloo on CPU, nccl with one GPU per rank), and in each process (worker.py):
+(torch.multiprocessing; gloo on CPU, nccl with one GPU per rank), and in each process (worker.py).
+Started by torchrun (one process per rank on any number of nodes; profiling/distributed.py), it
+spawns nothing: each process runs its own rank, found from torchrun's environment, every rank gets
+every rank's result, and each builds the same report (the CLI prints it on rank 0 only). In each rank:
 1. builds the model everywhere from one seed: the model a profile was made from (the built-in GPT or a
    user factory, cut into the schedule's chunks by the profile's partition or the schedule's
    meta.partition, in the profile's dtype; run_model.py, run_build.py), or a small float64 test model
@@ -36,13 +39,15 @@ from typing import Any
 from ...core.errors import RunError
 from ...core.ir import Schedule
 from ...core.profile import Profile
+from ...profiling.distributed import Torchrun, torchrun_env
 from ...profiling.request import RUN_THREADS
 from ...sim.validate import validate
 from . import worker as worker_module
 from ..formats.export import export, torch_compatible
 from .model import plan_profiled_model
 from .result import KINDS, RunResult, collect, measured_profile  # noqa: F401 (the run API)
-from .worker import MODELS, Job, require_torch, worker
+from .small_models import MODELS, require_torch
+from .worker import Job, torchrun_worker, worker
 
 BACKENDS = ("gloo", "nccl")
 DEVICES = {"gloo": "cpu", "nccl": "cuda"}  # the device each backend runs on
@@ -131,7 +136,9 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     profile
         Costs to compare the measurements with (its stage count must be the rank count).
     timeout_s
-        The whole run, start-up included; past it every process is stopped and RunError raised.
+        The whole run, start-up included; past it every process is stopped and RunError raised. Under
+        torchrun: how long a rank waits for another (the process group's timeout); torchrun stops the
+        others when one fails.
     comms
         Run the torch-csv-comms export (torch's lowering, loaded with format="compute_comms") instead of
         the compute-only CSV.
@@ -163,29 +170,30 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     ScheduleError
         The schedule is invalid or torch's runtime cannot run its placement.
     """
+    env = torchrun_env()
     device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile,
-                                   pingpong_sizes)
+                                   pingpong_sizes, env)
     plan = plan_profiled_model(schedule, profile, check, seed) if model == "profile" and profile else None
     validate(schedule, profile)
     torch_compatible(schedule)
     with tempfile.TemporaryDirectory(prefix="zbsearch-run-") as tmp:
         fmt, csv_format = ("torch-csv-comms", "compute_comms") if comms else ("torch-csv", "compute_only")
         csv_path = export(schedule, fmt, Path(tmp, "schedule.csv"))
-        job = Job(schedule, str(csv_path), tmp, _free_port(), backend, model, steps, seed, microbatch_size,
-                  timeout_s, csv_format, warmup, device, plan, tuple(int(x) for x in pingpong_sizes), track_memory,
-                  pin_cpu)
+        job = Job(schedule, str(csv_path), tmp, 0 if env else _free_port(), backend, model, steps, seed,
+                  microbatch_size, timeout_s, csv_format, warmup, device, plan, tuple(int(x) for x in pingpong_sizes),
+                  track_memory, pin_cpu)
         t0 = time.perf_counter()
-        _launch(job, schedule.num_ranks)
+        results = _launch(job, schedule.num_ranks) if env is None else torchrun_worker(job, env)
         wall = time.perf_counter() - t0
-        results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(schedule.num_ranks)]
     out = collect(schedule, job, profile, results)
-    out.details.update({"wall_seconds": wall, "csv": fmt})
+    out.details.update({"wall_seconds": wall, "csv": fmt, "launcher": "torch.multiprocessing" if env is None else
+                        f"torchrun (rank 0 at {env.master})", "hosts": [r.get("host") for r in results]})
     return out
 
 
-def _launch(job: Job, nprocs: int) -> None:
-    """Start one worker per rank and wait for all of them, at most `job.timeout_s`; whatever happens,
-    no worker outlives this call."""
+def _launch(job: Job, nprocs: int) -> list[dict[str, Any]]:
+    """Start one worker per rank on this machine and wait for all of them, at most `job.timeout_s`;
+    whatever happens, no worker outlives this call. Returns what each rank wrote, rank 0 first."""
     import torch.multiprocessing as mp
 
     name = job.schedule.name
@@ -203,6 +211,7 @@ def _launch(job: Job, nprocs: int) -> None:
         raise RunError(f"running {name!r} on torch failed: {_failure(exc, context.error_files)}") from None
     finally:
         _stop(context.processes)
+    return [json.loads(Path(job.out_dir, f"rank{r}.json").read_text()) for r in range(nprocs)]
 
 
 def _stop(processes: list[Any]) -> None:
@@ -217,9 +226,23 @@ def _stop(processes: list[Any]) -> None:
             proc.join(5)
 
 
+def _check_torchrun(schedule: Schedule, env: Torchrun, backend: str) -> None:
+    """Under torchrun, one process per rank: refuse a world that is not the schedule's rank count, or a
+    node with fewer GPUs than processes."""
+    p = schedule.num_ranks
+    if env.world_size != p:
+        raise RunError(f"torchrun started {env.world_size} processes but schedule {schedule.name!r} has {p} ranks: "
+                       f"start {p} in all (--nnodes N --nproc-per-node K with N*K = {p})")
+    torch = require_torch()
+    if backend == "nccl" and torch.cuda.device_count() <= env.local_rank:
+        raise RunError(f"process {env.rank} is number {env.local_rank} on its node, which has "
+                       f"{torch.cuda.device_count()} GPU(s): start at most that many processes per node "
+                       "(--nproc-per-node)")
+
+
 def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: str | None, model: str | None,
                    steps: int, warmup: int, timeout_s: float, profile: Profile | None,
-                   pingpong_sizes: tuple[int, ...] = ()) -> tuple[str, str]:
+                   pingpong_sizes: tuple[int, ...] = (), env: Torchrun | None = None) -> tuple[str, str]:
     """Refuse, before any process starts, what cannot run: each message says what to use instead.
     Returns the device (cpu or cuda) and the model (profile, mlp or gpt-tiny)."""
     if backend not in BACKENDS:
@@ -247,6 +270,9 @@ def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: 
     if nproc is not None and nproc != p:
         raise RunError(f"process count {nproc} does not match schedule {schedule.name!r}, which has {p} ranks: "
                        f"start {p} processes, one per rank")
+    if env is not None:
+        _check_torchrun(schedule, env, backend)
+        return device, model
     torch = require_torch()
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < p):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,5 +1,5 @@
-"""What a worker of `zbsearch run` can measure besides pass times: one-way message times between two
-ranks (a ping-pong over the run's own process group), and the activation memory torch's runtime holds.
+"""What a worker of `zbsearch run` can measure besides pass times: the activation memory torch's runtime
+holds (the message ping-pong is profiling/distributed.py's, shared with the profiler).
 
 Memory, on a CPU: the bytes of the distinct tensors (by storage) that the runtime keeps for backward
 passes still to come, sampled after every action of one untimed step: the tensors autograd saved
@@ -16,40 +16,8 @@ torch is passed in by the worker; nothing here imports it at module level.
 
 from __future__ import annotations
 
-import statistics
-import time
 import weakref
 from typing import Any, Iterator, Sequence
-
-PING_REPEATS = 20  # timed round trips per size, after 3 untimed ones
-
-
-def pingpong(torch: Any, dist: Any, rank: int, sizes: Sequence[int], device: Any,
-             repeats: int = PING_REPEATS) -> list[list[float]]:
-    """[[bytes, one-way seconds], ...]: half the median round trip of a message between ranks 0 and 1
-    (isend/irecv and wait, as torch's pipelining runtime sends), for every size. Other ranks only wait."""
-    out = []
-    for nbytes in sizes:
-        buf = torch.zeros(max(1, int(nbytes) // 4), dtype=torch.float32, device=device)
-        times = []
-        for i in range(repeats + 3):
-            dist.barrier()
-            if rank > 1:
-                continue
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.isend(buf, 1).wait()
-                dist.irecv(buf, 1).wait()
-            else:
-                dist.irecv(buf, 0).wait()
-                dist.isend(buf, 0).wait()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if i >= 3:
-                times.append(time.perf_counter() - t0)
-        if rank == 0:
-            out.append([float(buf.numel() * 4), statistics.median(times) / 2])
-    return out
 
 
 def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:

@@ -19,19 +19,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from ...core.errors import DependencyError, RunError
 from ...core.ir import Schedule
+from ...profiling.distributed import Torchrun, host, pingpong
 from ...profiling.request import RUN_THREADS
-from ..formats.torch_import import INSTALL_HINT
 from .build import build_profiled
 from .model import ModelPlan
-from .probe import MemoryProbe, pingpong
+from .probe import MemoryProbe
+from .small_models import build_chunks, loss_function, make_batch, require_torch
 
-MODELS = ("mlp", "gpt-tiny")
 # float64 model: the pipeline and the reference differ only by summation order.
 RTOL, ATOL = 1e-7, 1e-10
-MLP_WIDTH = 16
-GPT = {"vocab": 64, "width": 32, "heads": 2, "seq": 8}
 
 Event = tuple[str, int, float, float]  # torch's kind letter, stage, start, end (perf_counter seconds)
 
@@ -57,91 +54,6 @@ class Job:
     pingpong_sizes: tuple[int, ...] = ()  # message sizes to time between ranks 0 and 1 first (probe.py)
     track_memory: bool = False  # one more, untimed step that records the activation memory held (probe.py)
     pin_cpu: bool = False  # pin rank r's process (and its threads) to the r-th CPU it may run on, round robin
-
-
-# -- the models ----------------------------------------------------------------------------------
-
-def require_torch() -> Any:
-    """torch with its pipelining package, or a DependencyError saying how to install it."""
-    try:
-        import torch
-        import torch.distributed.pipelining  # noqa: F401
-    except ImportError:
-        raise DependencyError(f"zbsearch run needs torch, which is not installed: {INSTALL_HINT}") from None
-    return torch
-
-
-def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
-    """The model cut into `num_chunks` float64 modules, identical in every process for one seed."""
-    torch = require_torch()
-    nn = torch.nn
-    torch.manual_seed(seed)
-    if model == "mlp":
-        chunks = [nn.Sequential(nn.Linear(MLP_WIDTH, MLP_WIDTH), nn.Tanh()) for _ in range(num_chunks)]
-    elif model == "gpt-tiny":
-        chunks = [_gpt_chunk(torch, first=c == 0, last=c == num_chunks - 1) for c in range(num_chunks)]
-    else:
-        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}")
-    return [c.double() for c in chunks]
-
-
-def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
-    """One transformer block, with the embeddings in front on the first chunk and the head behind on
-    the last."""
-    nn, F = torch.nn, torch.nn.functional
-    V, D, H, T = GPT["vocab"], GPT["width"], GPT["heads"], GPT["seq"]
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-            self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
-
-        def forward(self, x: Any) -> Any:
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
-            q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, D))
-            return x + self.mlp(self.ln2(x))
-
-    class Chunk(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            if first:
-                self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
-            self.block = Block()
-            if last:
-                self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V)
-
-        def forward(self, x: Any) -> Any:
-            if first:
-                x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
-            x = self.block(x)
-            return self.head(self.ln_f(x)) if last else x
-
-    return Chunk()
-
-
-def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: int) -> tuple[Any, Any]:
-    """Inputs and targets for one iteration, identical in every process."""
-    torch = require_torch()
-    g = torch.Generator().manual_seed(seed + 1)
-    n = num_microbatches * microbatch_size
-    if model == "mlp":
-        return (torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64),
-                torch.randn(n, MLP_WIDTH, generator=g, dtype=torch.float64))
-    V, T = GPT["vocab"], GPT["seq"]
-    return torch.randint(0, V, (n, T), generator=g), torch.randint(0, V, (n, T), generator=g)
-
-
-def loss_function(model: str) -> Callable[[Any, Any], Any]:
-    torch = require_torch()
-    F = torch.nn.functional
-    if model == "mlp":
-        return F.mse_loss
-    return lambda logits, target: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 # -- checks against the reference -----------------------------------------------------------------
@@ -348,31 +260,57 @@ def _pin(rank: int) -> list[int] | None:
     return sorted(os.sched_getaffinity(0))
 
 
-def worker(rank: int, job: Job) -> None:
-    """One process of a run (torch.multiprocessing passes the rank): join the group, step, write
-    rank<r>.json into the job's folder."""
+def _start(job: Job, local_rank: int) -> tuple[Any, Any, list[int] | None]:
+    """torch set up for one rank's process: its threads, its CPU (pinned by its rank on this machine) and
+    its device (cuda:<rank on this machine> on a GPU). Returns (torch, device, CPUs pinned to)."""
     torch = require_torch()
-    import torch.distributed as dist
-
     torch.set_num_threads(RUN_THREADS)
-    cpus = _pin(rank) if job.pin_cpu else None
+    cpus = _pin(local_rank) if job.pin_cpu else None
     # The launcher reports a failure in one line; torch's runtime would also log the whole schedule.
     logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
-    device = torch.device(f"cuda:{rank}") if job.device == "cuda" else torch.device("cpu")
+    device = torch.device(f"cuda:{local_rank}") if job.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    return torch, device, cpus
+
+
+def _run_rank(torch: Any, dist: Any, rank: int, job: Job, device: Any, cpus: list[int] | None) -> dict[str, Any]:
+    """Step this rank's stages (after the ping-pong, when asked) and return what the launcher reads."""
+    run = _RankRun(torch, dist, rank, job, device)
+    pings = pingpong(torch, dist, rank, job.pingpong_sizes, device) if job.pingpong_sizes else None
+    for step in range(job.warmup + job.steps):
+        run.step(step)
+    if job.track_memory:
+        run.memory_step()
+    return {**run.result(), "pingpong": pings, "cpus": cpus, "host": host()}
+
+
+def worker(rank: int, job: Job) -> None:
+    """One process of a run started on this machine (torch.multiprocessing passes the rank): join the
+    group, step, write rank<r>.json into the job's folder."""
+    torch, device, cpus = _start(job, rank)
+    import torch.distributed as dist
+
     dist.init_process_group(job.backend, init_method=f"tcp://127.0.0.1:{job.port}", rank=rank,
                             world_size=job.schedule.placement.num_ranks, timeout=timedelta(seconds=job.timeout_s))
     try:
-        run = _RankRun(torch, dist, rank, job, device)
-        pings = None
-        if job.pingpong_sizes:
-            pings = pingpong(torch, dist, rank, job.pingpong_sizes, device)
-        for step in range(job.warmup + job.steps):
-            run.step(step)
-        if job.track_memory:
-            run.memory_step()
-        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps({**run.result(), "pingpong": pings, "cpus": cpus}))
+        result = _run_rank(torch, dist, rank, job, device, cpus)
+        Path(job.out_dir, f"rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def torchrun_worker(job: Job, env: Torchrun) -> list[dict[str, Any]]:
+    """This process's rank of a run that torchrun started (one process per rank, on any node): join
+    torchrun's group, step, and return every rank's result (gathered on every rank, so each can build
+    the same report; only rank 0 prints it)."""
+    torch, device, cpus = _start(job, env.local_rank)
+    dist = env.init_group(job.backend, job.timeout_s)
+    try:
+        result = _run_rank(torch, dist, env.rank, job, device, cpus)
+        results: list[Any] = [None] * env.world_size
+        dist.all_gather_object(results, result)
+        return results
     finally:
         dist.destroy_process_group()
