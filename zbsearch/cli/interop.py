@@ -14,6 +14,7 @@ import typer
 from ..core.errors import ZbsearchError
 from ..core.profile import load_profile
 from ..interop.formats.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
+from ..interop.formats.torchtitan import CHECKED, resolve_version
 from .console import stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
@@ -31,6 +32,12 @@ FormatOpt = Annotated[str, typer.Option(
 ExportOutputOpt = Annotated[Path, typer.Option(
     "-o", "--output", metavar="FILE", rich_help_panel=OUTPUT_PANEL,
     help="File to write (atomically), only once the schedule has passed validation.",
+)]
+TorchtitanOpt = Annotated[Optional[str], typer.Option(
+    "--torchtitan", metavar="main|0.2", rich_help_panel=OUTPUT_PANEL,
+    help="With --format torchtitan, the torchtitan to write for: main (a Python config, FILE's name with .py, head "
+         "lm_head) or 0.2 (the TOML [parallelism] table, FILE's name with .toml, head output). Default: the "
+         "torchtitan installed here, else main.",
 )]
 ImportOutputOpt = Annotated[Path, typer.Option(
     "-o", "--output", metavar="SCHEDULE.json", rich_help_panel=OUTPUT_PANEL,
@@ -57,13 +64,15 @@ def export_command(
     uniform: UniformOpt = None,
     p: StagesOpt = None,
     uniform_memory: UniformMemoryOpt = None,
+    torchtitan: TorchtitanOpt = None,
 ) -> None:
     """Write a schedule for torch.distributed.pipelining (CSV), its layer split for a trainer, or a plan /
     trace of its timeline.
 
     torch-csv loads unchanged with _PipelineScheduleRuntime._load_csv(FILE, format="compute_only"), i.e.
-    torchtitan's --parallelism.pipeline_parallel_schedule_csv FILE. torchtitan writes that CSV to FILE and
-    torchtitan's \\[parallelism] keys (module_fqns_per_model_part, ...) to FILE with the suffix .toml.
+    torchtitan's pipeline_parallel_schedule_csv. torchtitan writes that CSV to FILE and beside it the config
+    that runs it with the split (module_fqns_per_model_part, ...): for torchtitan main a Python module with
+    apply_pipeline(config) (FILE's name with .py), for 0.2 the \\[parallelism] TOML table (.toml).
     megatron-layout writes Megatron-LM's --pipeline-model-parallel-layout and companion arguments. Both take
     the layer split from the schedule (solved on a layer profile) or from --profile. json and chrome-trace
     need --profile or --uniform (with --uniform, -p defaults to the schedule's rank count).
@@ -79,14 +88,19 @@ def export_command(
     if fmt in NEEDS_PROFILE and problem is None:
         raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
                             "--uniform F,B,W")
-    paths = export_files(schedule, fmt, output, problem)
+    if torchtitan is not None and fmt != "torchtitan":
+        raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
+    with naming_subjects({"--torchtitan": "torchtitan version"}):
+        paths = export_files(schedule, fmt, output, problem, torchtitan)
     out = stdout_console()
     out.print(f"wrote {paths[0]} ({'torch-csv' if fmt == 'torchtitan' else fmt}: {schedule.num_ranks} ranks, "
               f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
               f"{schedule.count()} actions)", soft_wrap=True, markup=False)
     if fmt == "torchtitan":
-        out.print(f"wrote {paths[1]} (torchtitan [parallelism]: module_fqns_per_model_part for "
-                  f"{schedule.placement.num_chunks} stages, the CSV's path, degree and stage layout)",
+        version, why = resolve_version(torchtitan)
+        what = "Python config, apply_pipeline(config)" if version == "main" else "[parallelism] TOML table"
+        out.print(f"wrote {paths[1]} (torchtitan {CHECKED[version]}, {why}: {what} with module_fqns_per_model_part "
+                  f"for {schedule.placement.num_chunks} stages, the CSV's path, degree, stage layout and microbatches)",
                   soft_wrap=True, markup=False)
     elif fmt == "megatron-layout":
         vpp = schedule.placement.num_chunks // schedule.num_ranks

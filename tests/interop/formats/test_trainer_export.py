@@ -20,6 +20,7 @@ from zbsearch.core.partition import partition_profile
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.interop.formats.export import export, export_files, render
 from zbsearch.interop.formats.layer_split import Split, split_meta, split_of
+from zbsearch.interop.formats.torchtitan import torchtitan_toml
 from zbsearch.interop.formats.trainers import compress, expand, megatron_args
 from zbsearch.schedules import generate
 
@@ -49,13 +50,11 @@ def with_split(name: str, p: int, m: int, counts: list[int]) -> Schedule:
 
 
 LINEAR_TOML = '''\
-# torchtitan: stages and order of zbsearch schedule '1f1b' (placement linear: 2 ranks, 2 stages, 4 microbatches).
-# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). torchtitan's main
-# branch (Python configs, since April 2026) names the head lm_head, not output: the module names here
-# are 0.2.x's; rename them for main, or every module not listed is silently dropped from its stage.
+# torchtitan v0.2.2: stages and order of zbsearch schedule '1f1b' (placement linear: 2 ranks, 2 stages, 4 microbatches).
+# Merge this table into the job's TOML config (--job.config_file). For torchtitan's main branch
+# (Python configs, head lm_head) export with --torchtitan main.
 # Part i is torch's stage i; rank r builds stage r. Leave pipeline_parallel_layers_per_stage unset.
-# Microbatches must be 4: training.local_batch_size / pipeline_parallel_microbatch_size (0.2.x),
-# or parallelism.num_pp_microbatches (later versions).
+# Microbatches must be 4: training.local_batch_size / parallelism.pipeline_parallel_microbatch_size.
 [parallelism]
 pipeline_parallel_degree = 2
 pipeline_parallel_schedule = "1F1B"
@@ -82,7 +81,7 @@ def test_split_meta_is_the_dict_the_solver_attaches():
 def test_torchtitan_linear_writes_the_csv_and_the_exact_toml(tmp_path):
     schedule = with_split("1f1b", 2, 4, [3, 5])
     csv = tmp_path / "linear.csv"
-    assert export_files(schedule, "torchtitan", csv) == [csv, tmp_path / "linear.toml"]
+    assert export_files(schedule, "torchtitan", csv, torchtitan="0.2") == [csv, tmp_path / "linear.toml"]
     assert csv.read_text() == render(schedule, "torch-csv")
     assert (tmp_path / "linear.toml").read_text() == LINEAR_TOML.format(csv=csv)
 
@@ -95,18 +94,17 @@ def test_torchtitan_linear_writes_the_csv_and_the_exact_toml(tmp_path):
 ])
 def test_torchtitan_toml_round_trips_through_tomllib(tmp_path, name, counts, torch_name, parts):
     schedule = with_split(name, 2, 4, counts)
-    export(schedule, "torchtitan", tmp_path / "s.csv")
+    export(schedule, "torchtitan", tmp_path / "s.csv", torchtitan="0.2")
     table = tomllib.loads((tmp_path / "s.toml").read_text())["parallelism"]
     assert table == {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": torch_name,
                      "pipeline_parallel_schedule_csv": str(tmp_path / "s.csv"), "module_fqns_per_model_part": parts}
 
 
 def test_odd_module_names_stay_valid_toml(tmp_path):
-    schedule = generate("1f1b", 2, 4)
     odd = ['a "quoted" \\ name', "ünïcode.0"]
-    schedule.meta["partition"] = {"chunks": [[odd[0]], [odd[1]]]}
-    export(schedule, "torchtitan", tmp_path / "s.csv")
-    assert tomllib.loads((tmp_path / "s.toml").read_text())["parallelism"]["module_fqns_per_model_part"] == [[odd[0]], [odd[1]]]
+    split = Split(((odd[0],), (odd[1],)), ((odd[0],), (odd[1],)), (("other",), ("other",)))
+    text = torchtitan_toml(generate("1f1b", 2, 4), split, "s.csv")
+    assert tomllib.loads(text)["parallelism"]["module_fqns_per_model_part"] == [[odd[0]], [odd[1]]]
 
 
 @pytest.mark.parametrize("name,counts,expect", [
@@ -212,9 +210,10 @@ def test_mtp_layers_must_share_one_stage(tmp_path):
         "rank (stages 2..3 here)")
 
 
-def test_a_toml_named_output_would_overwrite_itself(tmp_path):
+@pytest.mark.parametrize("version, name", [("0.2", "x.toml"), ("main", "x.py")])
+def test_a_csv_named_like_its_config_would_overwrite_itself(tmp_path, version, name):
     with pytest.raises(ZbsearchError, match="name the CSV file with another suffix"):
-        export(with_split("1f1b", 2, 4, [3, 5]), "torchtitan", tmp_path / "x.toml")
+        export(with_split("1f1b", 2, 4, [3, 5]), "torchtitan", tmp_path / name, torchtitan=version)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -227,12 +226,19 @@ def invoke(*args: object):
 def test_cli_export_torchtitan_and_megatron(tmp_path):
     sched = tmp_path / "s.json"
     with_split("interleaved-1f1b", 2, 4, [2, 2, 2, 2]).save(sched)
-    result = invoke("export", sched, "--format", "torchtitan", "-o", tmp_path / "s.csv")
+    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.2", "-o", tmp_path / "s.csv")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"wrote {tmp_path / 's.csv'} (torch-csv: 2 ranks, 4 stages, 4 microbatches, 32 actions)",
-        f"wrote {tmp_path / 's.toml'} (torchtitan [parallelism]: module_fqns_per_model_part for 4 stages, the CSV's "
-        "path, degree and stage layout)"]
+        f"wrote {tmp_path / 's.toml'} (torchtitan v0.2.2, as asked: [parallelism] TOML table with "
+        "module_fqns_per_model_part for 4 stages, the CSV's path, degree, stage layout and microbatches)"]
+    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.3", "-o", tmp_path / "t.csv")
+    assert result.exit_code == 1 and result.stderr.splitlines() == [
+        "error: --torchtitan: torchtitan version '0.3' is not known: use main (Python configs, head lm_head) or 0.2 "
+        "(TOML configs, head output)"]
+    result = invoke("export", sched, "--format", "torch-csv", "--torchtitan", "main", "-o", tmp_path / "t.csv")
+    assert result.exit_code == 1 and "--torchtitan main goes with --format torchtitan" in result.stderr
+    assert not (tmp_path / "t.csv").exists()
     result = invoke("export", sched, "--format", "megatron-layout", "-o", tmp_path / "s.args")
     assert result.exit_code == 0, result.stderr
     assert "Megatron-LM arguments: --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|tt|tt|tL' " \

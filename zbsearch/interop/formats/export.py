@@ -15,9 +15,11 @@ Formats (see FORMATS):
   track per rank, one complete event per pass, named as torch names the action (`0F3`: stage 0, forward,
   microbatch 3; `1I0`, `2W3`, `3B0` as in the CSV) and coloured by kind, and one memory counter track
   per rank (activations held, in the profile's memory unit). Needs a profile.
-- torchtitan: the torch-csv file plus, beside it with the suffix .toml, torchtitan's `[parallelism]`
-  keys that run it: pipeline degree, the schedule name that builds the placement's stages, the CSV
-  path and `module_fqns_per_model_part`. Needs the layer split (interop/formats/layer_split.py).
+- torchtitan: the torch-csv file plus, beside it, the torchtitan config that runs it (pipeline degree,
+  the schedule name that builds the placement's stages, the CSV path, `module_fqns_per_model_part` and
+  the microbatch count): for torchtitan main a Python module (suffix .py) with `apply_pipeline(config)`,
+  for 0.2 the `[parallelism]` TOML table (suffix .toml); see torchtitan.py. Needs the layer split
+  (interop/formats/layer_split.py), which must name every module of torchtitan's model once.
 - megatron-layout: Megatron-LM's pipeline arguments on one line: pipeline size, the layout string
   (`Et*3|t*4|...|ttL`) and the decoder (and MTP) layer counts. Needs the layer split; linear and
   interleaved placements only.
@@ -41,7 +43,8 @@ from ...core.profile import Profile
 from ...sim.simulate import Timeline
 from ...sim.validate import validate
 from .layer_split import split_of
-from .trainers import check_megatron_placement, megatron_args, torchtitan_toml
+from .torchtitan import CONFIG_SUFFIX, resolve_version, torchtitan_config
+from .trainers import check_megatron_placement, megatron_args
 from .torch_import import torch_schedules
 
 FORMATS: dict[str, str] = {
@@ -49,8 +52,8 @@ FORMATS: dict[str, str] = {
     "torch-csv-comms": "CSV lowered by torch with SEND/RECV, REDUCE_GRAD, UNSHARD/RESHARD (needs torch)",
     "json": "schedule JSON plus per-rank instructions with planned start/end (needs a profile)",
     "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
-    "torchtitan": "torch-csv at FILE plus FILE's name with .toml: torchtitan's parallelism table with "
-                  "module_fqns_per_model_part (needs the layer split)",
+    "torchtitan": "torch-csv at FILE plus torchtitan's config beside it: FILE's name with .py (main: "
+                  "apply_pipeline(config)) or .toml (0.2: the [parallelism] table) (needs the layer split)",
     "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts (needs the layer split)",
 }
 NEEDS_PROFILE = ("json", "chrome-trace")
@@ -227,7 +230,8 @@ def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
     if fmt not in FORMATS:
         raise ZbsearchError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "torchtitan":
-        raise ZbsearchError("the torchtitan export writes two files (the CSV and its TOML): use render_files or export")
+        raise ZbsearchError("the torchtitan export writes two files (the CSV and its config): use render_files or "
+                            "export")
     if fmt in NEEDS_PROFILE and profile is None:
         raise ZbsearchError(f"the {fmt} export needs costs for the timeline: give a profile")
     timeline = validate(schedule, None if fmt in NEEDS_SPLIT else profile)
@@ -246,35 +250,40 @@ def render(schedule: Schedule, fmt: str, profile: Profile | None = None) -> str:
     return json.dumps(chrome_trace(timeline)) + "\n"
 
 
-def toml_path(path: str | Path) -> Path:
-    """Where the torchtitan export puts its TOML: beside the CSV, with the suffix .toml."""
-    return Path(path).with_suffix(".toml")
+def config_path(path: str | Path, torchtitan: str) -> Path:
+    """Where the torchtitan export puts its config: beside the CSV, with the suffix of the version's
+    config (.py for main, .toml for 0.2)."""
+    return Path(path).with_suffix(CONFIG_SUFFIX[torchtitan])
 
 
-def render_files(schedule: Schedule, fmt: str, path: str | Path,
-                 profile: Profile | None = None) -> list[tuple[Path, str]]:
+def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,
+                 torchtitan: str | None = None) -> list[tuple[Path, str]]:
     """Every file `fmt` writes for `path`, with its text, all rendered (and checked) before any is
-    written: the torchtitan export is the torch-csv at `path` and its TOML at `toml_path(path)`."""
+    written: the torchtitan export is the torch-csv at `path` and the config of `torchtitan` (main or
+    0.2; None: the installed one, else main) at `config_path(path, version)`."""
     path = Path(path)
     if fmt != "torchtitan":
         return [(path, render(schedule, fmt, profile))]
-    toml = toml_path(path)
-    if toml == path:
-        raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its TOML beside it with the "
-                            "suffix .toml: name the CSV file with another suffix, e.g. schedule.csv")
+    version, _ = resolve_version(torchtitan)
+    config = config_path(path, version)
+    if config == path:
+        raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its config beside it with the "
+                            f"suffix {config.suffix}: name the CSV file with another suffix, e.g. schedule.csv")
     text = render(schedule, "torch-csv", profile)
-    return [(path, text), (toml, torchtitan_toml(schedule, split_of(schedule, profile), str(path)))]
+    return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version))]
 
 
-def export_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None) -> list[Path]:
-    """As `export`, returning every file written (two for torchtitan: the CSV, then its TOML)."""
-    files = render_files(schedule, fmt, path, profile)
+def export_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,
+                 torchtitan: str | None = None) -> list[Path]:
+    """As `export`, returning every file written (two for torchtitan: the CSV, then its config)."""
+    files = render_files(schedule, fmt, path, profile, torchtitan)
     for target, text in files:
         write_atomic(target, text)
     return [target for target, _ in files]
 
 
-def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None) -> Path:
+def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,
+           torchtitan: str | None = None) -> Path:
     """Validate `schedule`, render it as `fmt` and write it to `path` whole or not at all.
 
     Parameters
@@ -284,12 +293,15 @@ def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | No
     fmt
         One of FORMATS: torch-csv, torch-csv-comms, json, chrome-trace, torchtitan, megatron-layout.
     path
-        Where to write; its folder must exist. The torchtitan export also writes `toml_path(path)`.
+        Where to write; its folder must exist. The torchtitan export also writes `config_path(path, version)`.
     profile
         Costs for the simulated times (needed by json and chrome-trace; with torch-csv it only adds a
         check that the schedule fits the profile). For torchtitan and megatron-layout, the layer split
         when the schedule carries none (`details.partition.layers_per_stage`; names, module paths and
         kinds from its `layers` when it has them).
+    torchtitan
+        The torchtitan version the torchtitan export writes for: "main" (a Python config) or "0.2" (TOML);
+        None: the one installed here, else main.
 
     Returns
     -------
@@ -307,4 +319,4 @@ def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | No
     >>> export(generate("zb-h1", 4, 8), "torch-csv", "zbh1.csv")  # doctest: +SKIP
     PosixPath('zbh1.csv')
     """
-    return export_files(schedule, fmt, path, profile)[0]
+    return export_files(schedule, fmt, path, profile, torchtitan)[0]

@@ -1,13 +1,6 @@
-"""A schedule's layer split in the forms trainers take it: torchtitan's `module_fqns_per_model_part`
-(with the CSV of the order) and Megatron-LM's pipeline layout string.
-
-torchtitan (pytorch/torchtitan, checked at v0.2.2 and main of 2026-08): `parallelism.
-module_fqns_per_model_part` is a list[list[str]], one list of module paths per stage in stage-index
-order; the stage count is its length and the stages per rank that length over
-`pipeline_parallel_degree`. Rank r builds stages r, r+p, ... unless `pipeline_parallel_schedule` is
-ZBVZeroBubble or DualPipeV, whose rank r builds r and 2p-1-r; with `pipeline_parallel_schedule_csv` the
-order comes from the CSV but the stages are still built that way. 0.2.x reads a TOML file; later
-versions take the same keys as Python config fields or `--parallelism.<key>` options.
+"""A schedule's layer split in the forms trainers take it: the torchtitan schedule name whose stage
+layout is the placement (torchtitan.py writes the rest of torchtitan's config) and Megatron-LM's
+pipeline layout string.
 
 Megatron-LM (NVIDIA/Megatron-LM, PipelineParallelLayerLayout): stages separated by `|` in virtual-stage
 order, virtual stage i on rank i mod p (so only linear and interleaved placements); letters E
@@ -19,7 +12,6 @@ last virtual stage of its rank. The virtual stage count is the stage count over 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from typing import Sequence
@@ -57,35 +49,6 @@ def torchtitan_schedule_name(schedule: Schedule) -> str:
     raise ScheduleError(f"schedule {schedule.name!r} puts its stages on ranks {list(pl.chunk_to_rank)} (placement "
                         f"{pl.name!r}): torchtitan builds stages r, r+p, ... on rank r, or r and 2p-1-r for V-shape "
                         "schedules; export a linear, interleaved or V-shape schedule")
-
-
-def _toml_list(rows: Sequence[Sequence[str]]) -> str:
-    # json.dumps of a str (ensure_ascii off) is a valid TOML basic string: same quotes and escapes.
-    body = "".join(f"    [{', '.join(json.dumps(x, ensure_ascii=False) for x in row)}],\n" for row in rows)
-    return "[\n" + body + "]"
-
-
-def torchtitan_toml(schedule: Schedule, split: Split, csv_path: str) -> str:
-    """The `[parallelism]` table that runs `schedule` (its CSV at `csv_path`) with `split`'s stages."""
-    p, n, m = schedule.num_ranks, split.num_chunks, schedule.num_microbatches
-    name = torchtitan_schedule_name(schedule)
-    layout = "rank r builds stages r and 2p-1-r" if name == TORCHTITAN_V else (
-        "rank r builds stage r" if n == p else "rank r builds stages r + k*p for k = 0, 1, ...")
-    return (
-        f"# torchtitan: stages and order of zbsearch schedule {schedule.name!r} (placement "
-        f"{schedule.placement.name}: {p} ranks, {n} stages, {m} microbatches).\n"
-        "# torchtitan 0.2.x: merge this table into the job's TOML config (--job.config_file). torchtitan's main\n"
-        "# branch (Python configs, since April 2026) names the head lm_head, not output: the module names here\n"
-        "# are 0.2.x's; rename them for main, or every module not listed is silently dropped from its stage.\n"
-        f"# Part i is torch's stage i; {layout}. Leave pipeline_parallel_layers_per_stage unset.\n"
-        f"# Microbatches must be {m}: training.local_batch_size / pipeline_parallel_microbatch_size (0.2.x),\n"
-        f"# or parallelism.num_pp_microbatches (later versions).\n"
-        "[parallelism]\n"
-        f"pipeline_parallel_degree = {p}\n"
-        f"pipeline_parallel_schedule = {json.dumps(name)}\n"
-        f"pipeline_parallel_schedule_csv = {json.dumps(csv_path, ensure_ascii=False)}\n"
-        f"module_fqns_per_model_part = {_toml_list(split.modules)}\n"
-    )
 
 
 def _letters(schedule: Schedule, split: Split) -> list[str]:

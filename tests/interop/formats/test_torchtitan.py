@@ -1,0 +1,147 @@
+"""The torchtitan export for the torchtitan a user has (issue 29): main (a Python config) and 0.2 (TOML),
+checked against the field names of each version's source; every module of torchtitan's model named
+exactly once, or the export refused; the installed version detected from its files."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
+from zbsearch.core.errors import PartitionError
+from zbsearch.core.ir import Schedule
+from zbsearch.interop.formats import torchtitan
+from zbsearch.interop.formats.export import export_files
+from zbsearch.interop.formats.layer_split import Split
+from zbsearch.schedules import generate
+
+runner = CliRunner()
+
+# Facts from pytorch/torchtitan's sources (names only).
+# v0.2.2 (73a0e697), torchtitan/config/job_config.py, class Parallelism: its pipeline fields and types.
+PARALLELISM_0_2 = {
+    "pipeline_parallel_degree": int, "module_fqns_per_model_part": list, "pipeline_parallel_first_stage_less_layers": int,
+    "pipeline_parallel_last_stage_less_layers": int, "pipeline_parallel_layers_per_stage": int,
+    "pipeline_parallel_schedule": str, "pipeline_parallel_schedule_csv": str, "pipeline_parallel_microbatch_size": int,
+    "pipeline_parallel_expert_parallel_overlap": bool,
+}
+# main at b5bcd76c (2026-08-21), torchtitan/config/configs.py, class ParallelismConfig: its pipeline fields.
+PARALLELISM_MAIN = {
+    "pipeline_parallel_degree", "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+    "pipeline_parallel_schedule_csv", "num_pp_microbatches",
+}
+# The decoder models' top-level modules (models/llama3/model/model.py on 0.2.2, models/common/decoder.py on main).
+HEAD = {"0.2": "output", "main": "lm_head"}
+
+
+def llama_modules(blocks: int, version: str) -> list[str]:
+    return ["tok_embeddings", *(f"layers.{i}" for i in range(blocks)), "norm", HEAD[version]]
+
+
+@pytest.fixture(scope="module")
+def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Llama-style plan: 6 blocks estimated on an H100, p=2, m=4, split and V-shape order solved together."""
+    folder = tmp_path_factory.mktemp("llama")
+    result = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "6",
+                                 "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
+                                 "-m", "4", "-o", str(folder / "llama.json")])
+    assert result.exit_code == 0, result.stderr
+    result = runner.invoke(app, ["solve", "--profile", str(folder / "llama.json"), "--mem-limit", "2p",
+                                 "--placement", "v", "--partition", "auto", "--time-limit", "5",
+                                 "-o", str(folder / "plan.json")])
+    assert result.exit_code == 0, result.stderr
+    return folder / "plan.json"
+
+
+def exported(plan: Path, version: str) -> tuple[Schedule, Path]:
+    schedule = Schedule.load(plan)
+    csv, config = export_files(schedule, "torchtitan", plan.with_name(f"plan-{version}.csv"), torchtitan=version)
+    assert csv.suffix == ".csv" and csv.read_text()
+    return schedule, config
+
+
+def test_the_0_2_toml_names_every_module_once_with_its_fields(llama_plan: Path) -> None:
+    schedule, config = exported(llama_plan, "0.2")
+    assert config.suffix == ".toml"
+    table = tomllib.loads(config.read_text())["parallelism"]
+    assert set(table) <= set(PARALLELISM_0_2)
+    assert all(isinstance(value, PARALLELISM_0_2[key]) for key, value in table.items())
+    parts = table["module_fqns_per_model_part"]
+    assert sorted(m for part in parts for m in part) == sorted(llama_modules(6, "0.2"))
+    assert len(parts) == 4 and table["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert table["pipeline_parallel_degree"] == 2
+    assert parts == [list(c) for c in torchtitan.torchtitan_parts(Split(**{
+        k: tuple(map(tuple, v)) for k, v in schedule.meta["partition"].items()}), "0.2")]
+
+
+def test_the_main_config_sets_known_fields_and_names_every_module_once(llama_plan: Path) -> None:
+    schedule, config = exported(llama_plan, "main")
+    assert config.suffix == ".py"
+    source = config.read_text()
+    fields = [node.targets[0].attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
+              and isinstance(node.targets[0], ast.Attribute)
+              and ast.unparse(node.targets[0].value) == "config.parallelism"]
+    assert set(fields) <= PARALLELISM_MAIN and len(fields) == len(set(fields)) == 6
+    spec = importlib.util.spec_from_file_location("plan_main", config)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config_object = SimpleNamespace(parallelism=SimpleNamespace())
+    assert module.apply_pipeline(config_object) is config_object
+    set_fields = vars(config_object.parallelism)
+    assert set_fields["num_pp_microbatches"] == schedule.num_microbatches == 4
+    assert set_fields["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert set_fields["pipeline_parallel_schedule_csv"] == str(config.with_suffix(".csv"))
+    assert set_fields["pipeline_parallel_layers_per_stage"] is None
+    parts = set_fields["module_fqns_per_model_part"]
+    assert sorted(m for part in parts for m in part) == sorted(llama_modules(6, "main"))
+    assert "lm_head" in parts[-1] and "output" not in json.dumps(parts)
+
+
+def split_of_modules(parts: list[list[str]], kinds: list[list[str]] | None = None) -> Split:
+    chunks = tuple(tuple(p) for p in parts)
+    return Split(chunks, chunks, tuple(tuple(k) for k in kinds) if kinds else tuple(("other",) * len(c) for c in parts))
+
+
+@pytest.mark.parametrize("parts, message", [
+    ([["tok_embeddings", "layers.0"], ["layers.1", "output"]],
+     "the split leaves module 'norm' in no stage: torchtitan (main at b5bcd76c (2026-08-21)) would drop it"),
+    ([["tok_embeddings", "layers.0"], ["layers.2", "norm", "output"]], "the split leaves module 'layers.1' in no stage"),
+    ([["tok_embeddings", "layers.0"], ["layers.0", "norm", "output"]], "module 'layers.0' is listed in stages 0 and 1"),
+    ([["embedding", "block0"], ["block1", "head"]], "module 'embedding' (stage 0) is not a module of torchtitan's "
+                                                    "decoder models (tok_embeddings, layers.<i>, norm and lm_head)"),
+])
+def test_a_split_that_does_not_name_every_module_once_is_refused(parts, message) -> None:
+    with pytest.raises(PartitionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        torchtitan.torchtitan_parts(split_of_modules(parts), "main")
+
+
+def test_mtp_layers_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    schedule = generate("1f1b", 2, 4)
+    parts = [["tok_embeddings", "layers.0"], ["mtp_layers.0", "norm", "output"]]
+    schedule.meta["partition"] = {"chunks": parts, "kinds": [["embedding", "decoder"], ["mtp", "other", "output"]]}
+    with pytest.raises(PartitionError, match="torchtitan does not pipeline them"):
+        export_files(schedule, "torchtitan", tmp_path / "s.csv", torchtitan="0.2")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("files, version", [(["config/job_config.py"], "0.2"), (["config/configs.py"], "main"),
+                                            ([], None)])
+def test_the_installed_torchtitan_is_told_by_its_files(tmp_path, monkeypatch, files, version) -> None:
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    spec = SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    monkeypatch.setattr(torchtitan.importlib.util, "find_spec", lambda name: spec)
+    assert torchtitan.installed_version() == version
+    expected = (version, "the torchtitan installed here") if version else ("main", "the default: no torchtitan "
+                                                                                  "installed here")
+    assert torchtitan.resolve_version(None) == expected
+    assert torchtitan.resolve_version("0.2") == ("0.2", "as asked")
