@@ -71,6 +71,13 @@ class Budget:
     # The exact start- and end-idle combinations a rank bound enumerates before it falls back to the
     # per-chunk relaxation (bounds/analytic.py).
     exact_combinations: int = 2_000
+    # The chunk ranges of an interleaved placement's first and last rank the bound over every split
+    # tries one by one (partition/bounds.py); 30 layers at p=8, v=2 give about 2,000 per rank.
+    end_rank_ranges: int = 20_000
+    # Cells (about p x (layers - 2p) x (layers - p)^2) of one feasibility test of the interleaved two-round
+    # DP, tested about 30 times: 30 layers at p=8 take 0.03 s, 62 at p=16 (1.1 M cells) 0.5 s; 100 at
+    # p=16 (8 M) would take 4.5 s and is left to the other relaxations (timed on random layers).
+    two_round_cells: int = 6_000_000
 
     def worst_before_cpsat(self, relaxed: bool) -> float:
         """The share of the time limit the phases before CP-SAT and the reserve may take at most.

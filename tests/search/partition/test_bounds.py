@@ -1,7 +1,8 @@
 """partition/bounds.py: the cheap bound of a split and over every split. LayerSums (W and mem_W at their
-least), a linear rank's bound by hand (work, the wait for its first backward, memory), v_counts, the
-placements without a DP (the work floor), the least-bound split by enumeration under span and `Np`
-limits, and bounds that never fall with fewer microbatches' room or rise with more memory."""
+least), a linear rank's bound by hand (work, the wait for its first backward, memory), v_counts, DualPipe
+(the work floor) and interleaved (above it: whole layers and the head), the least-bound split by enumeration
+under span and `Np` limits, and bounds that never fall with fewer microbatches' room or rise with more
+memory."""
 
 from __future__ import annotations
 
@@ -102,18 +103,29 @@ def test_v_counts_from_each_ranks_outer_range(outer: list[tuple[int, int]], cut:
     assert v_counts(outer, cut, n) == counts
 
 
-@pytest.mark.parametrize("placement", [interleaved(2, 2), dualpipe(2)], ids=["interleaved", "dualpipe"])
-def test_without_a_dp_the_bound_is_the_work_floor(placement: Placement) -> None:
-    # Works 12, 3, 3, 3, 3 (15 + 12 = 24 in all) over 2 ranks, m=2: total / p = 12 per microbatch, but the
-    # heaviest layer alone is 12 too; with a heavier layer it sets the floor.
+def test_without_a_dp_the_bound_is_the_work_floor() -> None:
+    # DualPipe. Works 12, 3, 3, 3, 3 (15 + 12 = 24 in all) over 2 ranks, m=2: total / p = 12 per
+    # microbatch, but the heaviest layer alone is 12 too; with a heavier layer it sets the floor.
+    placement = dualpipe(2)
     layers = [Layer("big", 4, 4, 4)] + [Layer(f"l{i}", 1, 1, 1) for i in range(4)]
     data = _data(layers, placement, m=2)
     assert least_bound_split(data) is None
     assert any_split_bound(data) == pytest.approx(2 * 12.0)
     heavier = _data([Layer("big", 6, 6, 6)] + layers[1:], placement, m=2)
     assert any_split_bound(heavier) == pytest.approx(2 * 18.0)  # the heaviest layer: above (18 + 12) / 2
-    for counts in _splits(5, 2 if placement.name == "dualpipe" else 4):
+    for counts in _splits(5, 2):
         assert split_bound(data, counts) == pytest.approx(2 * 24.0 / 2)  # only the work over ranks
+
+
+def test_the_interleaved_bound_sees_whole_layers_and_the_head() -> None:
+    # Ten layers F = B = W = 1 on interleaved p=4, v=2, m=3, hop 0.5: the old floor was 3 x 30 / 4 =
+    # 22.5. Eight chunks of whole layers leave two ranks three layers (27) or one four (36); one of
+    # the two is not rank 0 and waits at least a layer's F and a hop first: 28.5.
+    data = _data(_uniform(10), interleaved(4, 2), m=3)
+    assert least_bound_split(data) is None
+    assert any_split_bound(data) >= 28.5  # the old floor: 22.5
+    assert any_split_bound(data) <= min(split_bound(data, c) for c in _splits(10, 8)) + 1e-9
+    assert any_split_bound(_data(_uniform(10), interleaved(4, 2), m=3, objective="span")) >= 27.0
 
 
 @pytest.mark.parametrize("placement,n", [(linear(2), 6), (linear(3), 7), (vshape(2), 7)], ids=["l2", "l3", "v2"])

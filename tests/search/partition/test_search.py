@@ -68,7 +68,9 @@ def all_splits(n: int, k: int):
     (0, "linear", None, "makespan", 5, 2), (1, "linear", "16GiB", "makespan", 5, 2),
     (2, "linear", "14GiB", "span", 5, 2), (3, "v", None, "makespan", 5, 2), (4, "v", "20GiB", "makespan", 5, 2),
     (5, "v", None, "span", 5, 2), (6, "linear", "18GiB", "makespan", 7, 3), (7, "v", "24GiB", "makespan", 7, 3),
-    (8, "v", "2p", "span", 7, 3),
+    (8, "v", "2p", "span", 7, 3), (9, "interleaved", None, "makespan", 5, 2),
+    (10, "interleaved", "20GiB", "makespan", 6, 2), (11, "interleaved", "2p", "span", 6, 2),
+    (12, "interleaved", "24GiB", "makespan", 7, 3),
 ])
 def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap, objective, n, p):
     """Brute force: solve every split of a small layer list to proven optimality; the bound over every
@@ -97,6 +99,8 @@ def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap,
     (22, "v", "20GiB", "makespan", 6, 2, 0.5, False), (23, "v", "18GiB", "span", 6, 2, 1.0, False),
     (24, "v", "22GiB", "makespan", 7, 3, 0.5, True), (25, "v", None, "makespan", 7, 3, 1.0, False),
     (26, "v", "2p", "makespan", 6, 2, 1.0, False), (27, "linear", None, "makespan", 5, 2, 1.0, True),
+    (28, "interleaved", "20GiB", "makespan", 6, 2, 0.5, False), (29, "interleaved", "16GiB", "span", 6, 2, 1.0, True),
+    (30, "interleaved", None, "makespan", 7, 3, 0.5, False), (31, "interleaved", "2p", "makespan", 6, 2, 1.0, False),
 ])
 def test_each_splits_cheap_bound_is_below_its_own_optimum(seed, placement, cap, objective, n, p, comm, fused):
     """Split by split, with hops between ranks and (fused) backwards cheaper than B and W apart: the

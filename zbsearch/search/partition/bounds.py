@@ -24,24 +24,36 @@ and after them on the route (times per microbatch; m microbatches):
 
 Times are at their least: a W counts what a fused backward leaves after B when that is shorter.
 
+The same rank bound serves every one-route placement (chunks_bound): a rank's chunks in route order,
+a hop for each rank crossing on the route (every chunk boundary on the interleaved placement; all but
+the turn on the V-shape).
+
 The bound of a split is the largest rank bound. The smallest of that over all splits is found exactly
 by dynamic programming: over prefixes of layers on the linear placement, and over nested layer ranges
 on the V-shape (rank r holds the r-th range from the front and the r-th from the back, so what is
-left for ranks r+1.. is always one contiguous middle range). Other placements get the work bound over
-ranks, total work / p and the heaviest layer. Every bound is also at least total work / p.
+left for ranks r+1.. is always one contiguous middle range). On the interleaved placement a rank's v
+chunks are spread over the route and no such DP is small, so the bound over every split is the
+largest of relaxations, each at most the least split's bound (_interleaved_least): whole layers on p
+ranks, the least largest head + work (exact for v = 2), and the first and last ranks' own least
+bounds. DualPipe gets the work bound over ranks, total work / p and the heaviest layer. Every bound is
+also at least total work / p.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+
+import numpy as np
 
 from ...core.ir import Placement
 from ...core.layers import Layer
 from ..bounds.analytic import blocks_that_fit, forwards_that_start, most_that_fits
 from ...core.objective import Objective
+from ..budget import BUDGET
 
 
 @dataclass(frozen=True)
@@ -174,39 +186,58 @@ def v_rank(s: LayerSums, data: SplitBoundInput, r: int, outer: tuple[int, int], 
 
 def v_chunks(s: LayerSums, data: SplitBoundInput, r: int, ranges: list[tuple[int, int]]) -> float:
     """The bound of V rank r holding its down chunk ranges[0] and its up chunk ranges[1]."""
-    m, p = data.microbatches, data.placement.num_ranks
-    (down, _), (_, up_end) = ranges
+    return chunks_bound(s, data, r, ranges, (r, 2 * data.placement.num_ranks - 1 - r))
+
+
+@functools.lru_cache(maxsize=64)
+def _crossings_to(placement: Placement) -> tuple[int, ...]:
+    """Rank crossings on the (one) route from its start to each position: a hop is paid only where
+    consecutive chunks sit on different ranks (not at the V's turn)."""
+    route, rank = placement.routes[0], placement.chunk_to_rank
+    out = [0]
+    for a, b in itertools.pairwise(route):
+        out.append(out[-1] + (rank[a] != rank[b]))
+    return tuple(out)
+
+
+def chunks_bound(s: LayerSums, data: SplitBoundInput, r: int, ranges: Sequence[tuple[int, int]],
+                 positions: Sequence[int]) -> float:
+    """The bound of rank r of a one-route placement holding the layer ranges `ranges` as the chunks at
+    route `positions` (in route order; the V-shape's two, or interleaved's v)."""
+    m, hop = data.microbatches, data.min_hop
+    cross = _crossings_to(data.placement)
+    to_end = [cross[-1] - cross[k] for k in positions]  # crossings from each chunk to the route's end
+    (first, _), (_, last_end) = ranges[0], ranges[-1]
     work = sum(s("work", i, j) for i, j in ranges)
     room = _room(s, data, ranges)
     mems = [s("mem_B", i, j) for i, j in ranges]
     if room < sum(mems):
         return math.inf  # not even one microbatch fits beside the static bytes
-    # Before its first backward (its up chunk's, once microbatch 0 has gone down the whole route and
-    # its gradient back to that chunk, 2(p-1) rank crossings) the rank runs forwards only, as many as
-    # its room holds.
+    # Before its first backward (its last chunk's, once microbatch 0 has gone down the whole route and
+    # its gradient back to that chunk) the rank runs forwards only, as many as its room holds.
     forwards = [s("F", i, j) for i, j in ranges]
-    wait = s("F", down, s.n) + s("B", up_end, s.n) + 2 * (p - 1) * data.min_hop
-    # The down chunk is 2p-2-r crossings from the route's end, the up chunk r.
-    span = max(m * work, _memory_time(s, data, ranges, [2 * p - 2 - r, r]),
-               m * work + _round_trip_idle(s, data, ranges, 2 * (2 * p - 2 - r), room))
-    # The up chunk's first forward comes only once microbatch 0 has gone down the layers between
-    # (2p-2-2r crossings; none at the turn), so only its forwards that start before the backward count.
-    arrival = s("F", down, ranges[1][0]) + (2 * p - 2 - 2 * r) * data.min_hop
-    up_count = forwards_that_start(wait, arrival, forwards[1], m)
+    wait = s("F", first, s.n) + s("B", last_end, s.n) + (to_end[0] + to_end[-1]) * hop
+    span = max(m * work, _memory_time(s, data, ranges, to_end),
+               m * work + _round_trip_idle(s, data, ranges, 2 * to_end[0], room))
+    # A later chunk's first forward comes only once microbatch 0 has gone down the layers between, so
+    # only its forwards that start before the backward count.
+    counts = [m] + [forwards_that_start(wait, s("F", first, i) + (cross[k] - cross[positions[0]]) * hop, f, m)
+                    for (i, _), k, f in zip(ranges[1:], positions[1:], forwards[1:])]
     # The fill is at least one chunk's forwards alone; the exact one (whole microbatches of each
-    # chunk) only where that can make the wait bind: this runs for every pair of the walk's ranges.
-    items, slack = [(mems[0], forwards[0], m), (mems[1], forwards[1], up_count)], room * (1 + 1e-9)
+    # chunk) only where that can make the wait bind: this runs for every rank the walks visit.
+    items, slack = list(zip(mems, forwards, counts)), room * (1 + 1e-9)
     alone = max(f * (n if math.isinf(slack) else blocks_that_fit(slack, mem, n)) for mem, f, n in items)
     if wait + m * work - alone > span:
         span = max(span, wait + m * work - most_that_fits(slack, items))
     if data.objective is not Objective.MAKESPAN:
         return span
-    head = s("F", 0, down) + r * data.min_hop
-    # The rank's last forward or backward is a B of its down chunk (every later pass of that microbatch
+    before = cross[positions[0]]  # crossings before the rank's first chunk
+    head = s("F", 0, first) + before * hop
+    # The rank's last forward or backward is a B of its first chunk (every later pass of that microbatch
     # on the rank comes before it on the way back); its gradient then crosses the layers before the
     # chunk, and rank 0 runs layer 0's W.
-    chain = head + m * (sum(forwards) + sum(s("B", i, j) for i, j in ranges)) + s("B", 0, down) \
-        + r * data.min_hop + (s.w0 if r > 0 else 0.0)
+    chain = head + m * (sum(forwards) + sum(s("B", i, j) for i, j in ranges)) + s("B", 0, first) \
+        + before * hop + (s.w0 if positions[0] > 0 else 0.0)
     return max(head + span, chain)
 
 
@@ -277,6 +308,12 @@ def one_stage_per_rank(placement: Placement) -> bool:
     return len(placement.routes) == 1 and placement.num_chunks == placement.num_ranks
 
 
+def rank_positions(placement: Placement, r: int) -> tuple[int, ...]:
+    """Route positions of rank r's chunks, in route order (one-route placements)."""
+    route = placement.routes[0]
+    return tuple(sorted(route.index(c) for c in placement.chunks_on(r)))
+
+
 @functools.lru_cache(maxsize=16)
 def _least(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None] | None:
     """The DP of the placement (least max rank bound over every split, and a split that has it); None
@@ -296,6 +333,8 @@ def least_bound_split(data: SplitBoundInput) -> tuple[int, ...] | None:
 def any_split_bound(data: SplitBoundInput) -> float:
     """The lower bound on the objective over every split of the layers on the placement (inf when no
     split fits the memory cap)."""
+    if data.placement.name == "interleaved" and len(data.placement.routes) == 1:
+        return _interleaved_least(data)  # its whole-layer floor holds the one below, at W's least
     p, m = data.placement.num_ranks, data.microbatches
     s = LayerSums(data.layers)
     floor = m * max(s.pre["work"][-1] / p, max(layer.work for layer in data.layers))
@@ -305,7 +344,8 @@ def any_split_bound(data: SplitBoundInput) -> float:
 
 def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
     """The cheap bound of one split (layers per chunk in route order): the largest of its ranks'
-    bounds, what the DPs above minimise; on other placements total work / p."""
+    bounds, what the DPs above minimise (linear, V) and the interleaved bound relaxes; on DualPipe total
+    work / p."""
     s, p = LayerSums(data.layers), data.placement.num_ranks
     edges = [0]
     for c in counts:
@@ -313,8 +353,125 @@ def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:
     floor = data.microbatches * s.pre["work"][-1] / p
     if one_stage_per_rank(data.placement):
         return max([floor] + [linear_rank(s, data, r, edges[r], edges[r + 1]) for r in range(p)])
-    if data.placement.name != "v":
+    if data.placement.name not in ("v", "interleaved") or len(data.placement.routes) != 1:
         return floor  # other placements: only the work over ranks
-    ranks = [v_chunks(s, data, r, [(edges[r], edges[r + 1]), (edges[2 * p - 1 - r], edges[2 * p - r])])
-             for r in range(p)]
+    ranks = [chunks_bound(s, data, r, [(edges[k], edges[k + 1]) for k in pos], pos)
+             for r in range(p) for pos in [rank_positions(data.placement, r)]]
     return max([floor] + ranks)
+
+
+@functools.lru_cache(maxsize=16)
+def _interleaved_least(data: SplitBoundInput) -> float:
+    """A bound over every split of an interleaved placement (no exact DP: a rank's load is v chunks
+    spread over the route). The largest of three relaxations, each at most the least split's bound:
+
+    - whole layers: some rank holds ceil(q/p) of the q heaviest layers, for every q (m x that work);
+    - with two chunks per rank, head + work: the least over every split of the largest rank's
+      head + m * work, exactly (_two_round_bound), where the layers are few enough;
+    - the first and the last rank: the least cheap bound of that rank over every chunk ranges it can
+      hold, where there are few enough to try (_end_rank_least).
+    Cached: the search and its final bound read the same one."""
+    s, p = LayerSums(data.layers), data.placement.num_ranks
+    if s.n < data.placement.num_chunks:
+        return 0.0  # no split at all: nothing to bound
+    floor = data.microbatches * max(s.pre["work"][-1] / p, _heaviest_layers(s, p))
+    bounds = [floor, _end_rank_least(s, data, 0), _end_rank_least(s, data, p - 1)]
+    if data.placement.chunks_per_rank == 2:
+        bounds.append(_two_round_bound(s, data, floor))
+    return max(bounds)
+
+
+def _heaviest_layers(s: LayerSums, p: int) -> float:
+    """The least largest rank work (one microbatch) over every assignment of whole layers to p ranks,
+    contiguous or not: of the q heaviest layers some rank holds ceil(q/p), at least the ceil(q/p)
+    lightest of them."""
+    works = sorted((s("work", i, i + 1) for i in range(s.n)), reverse=True)
+    return max((sum(works[q - math.ceil(q / p):q]) for q in range(1, s.n + 1)), default=0.0)
+
+
+def head_and_work(s: LayerSums, data: SplitBoundInput, counts: Sequence[int]) -> float:
+    """The largest over ranks of one split's head (makespan only) + m * work: what _two_round_bound
+    minimises, at most the split's cheap bound."""
+    edges = [0, *itertools.accumulate(counts)]
+    cross = _crossings_to(data.placement)
+    out = 0.0
+    for r in range(data.placement.num_ranks):
+        pos = rank_positions(data.placement, r)
+        head = s("F", 0, edges[pos[0]]) + cross[pos[0]] * data.min_hop if data.objective is Objective.MAKESPAN \
+            else 0.0
+        out = max(out, head + data.microbatches * sum(s("work", edges[k], edges[k + 1]) for k in pos))
+    return out
+
+
+def _two_round_bound(s: LayerSums, data: SplitBoundInput, floor: float) -> float:
+    """v = 2: the least over every split of head_and_work (0 where the layers are too many for the
+    budget), by bisection on T from `floor` (at most that least) with an exact feasibility test.
+
+    A split is its cuts e_0 = 0 < e_1 < ... < e_2p = n; rank r holds e_r..e_r+1 and e_p+r..e_p+r+1.
+    With mid = e_p fixed, the state after rank r is (a, b) = (e_r+1, e_p+r+1), and rank r's term
+    head(a') + m * (A(a) - A(a') + A(b) - A(b')) (A: prefix work) from the state (a', b') before is at
+    most T iff m * A(a') + m * A(b') - head(a') >= m * A(a) + m * A(b) - T: a state is reachable iff a
+    2-D prefix maximum over the reachable states before passes that test. Every mid at once: arrays
+    over (mid, a, b), p * (n-2p+1) * (n-p+1)^2 cells a test."""
+    m, p, n = data.microbatches, data.placement.num_ranks, s.n
+    # Only cuts some split has: mid in p..n-p, a in 0..n-p, b in p..n.
+    mids, cuts_a, cuts_b = np.arange(p, n - p + 1), np.arange(n - p + 1), np.arange(p, n + 1)
+    if p * len(mids) * len(cuts_a) * len(cuts_b) > BUDGET.two_round_cells:
+        return 0.0
+    work = m * np.array(s.pre["work"])
+    cross = _crossings_to(data.placement)
+    makespan = data.objective is Objective.MAKESPAN
+    mid, a, b = mids[:, None, None], cuts_a[None, :, None], cuts_b[None, None, :]
+    # What each rank's state offers the next (the same for every mid) and the test's right side.
+    offer = [work[a] + work[b] - (np.array(s.pre["F"])[a] + cross[r] * data.min_hop if makespan else 0.0)
+             for r in range(p)]
+    need = work[a] + work[b]
+    inside = a <= mid  # the first round ends at mid
+    start = (a == 0) & (b == mid)
+    tol = 1e-9 * (work[-1] + s.pre["F"][-1] + 1.0)  # generous: a lower T passes, the bound stays valid
+
+    def feasible(t: float) -> bool:
+        reach = start
+        for r in range(p):
+            best = np.maximum.accumulate(np.maximum.accumulate(np.where(reach, offer[r], -np.inf), axis=1), axis=2)
+            earlier = np.full(best.shape, -np.inf)
+            earlier[:, 1:, 1:] = best[:, :-1, :-1]  # strictly earlier cuts: every chunk holds a layer
+            reach = (earlier >= need - t - tol) & inside
+            if not reach.any():
+                return False
+        return bool(reach[np.arange(len(mids)), mids, -1].any())  # the first round ends at mid, the second at n
+
+    even = [n // (2 * p) + (k < n % (2 * p)) for k in range(2 * p)]
+    lo, hi = floor, head_and_work(s, data, even)  # the least is at least the floor, at most any split's
+    while hi - lo > 1e-9 * hi:
+        t = (lo + hi) / 2
+        lo, hi = (lo, t) if feasible(t) else (t, hi)
+    return lo  # the floor or a T that fails: at most the least
+
+
+def _rank_ranges(n: int, p: int, v: int, r: int) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Every tuple of layer ranges rank r's v chunks (route positions r + k * p) take in some split of
+    n layers into v * p non-empty chunks: r chunks before its first, p - 1 between, p - 1 - r after."""
+    def extend(k: int, prev: int, acc: tuple[tuple[int, int], ...]) -> Iterator[tuple[tuple[int, int], ...]]:
+        if k == v:
+            yield acc
+            return
+        between = r if k == 0 else p - 1
+        after = v * p - 1 - (r + k * p)
+        starts = range(prev + between, n - after) if between else [prev]
+        for i in starts:
+            ends = [n] if after == 0 else range(i + 1, n - after + 1)
+            for j in ends:
+                yield from extend(k + 1, j, acc + ((i, j),))
+    return extend(0, 0, ())
+
+
+def _end_rank_least(s: LayerSums, data: SplitBoundInput, r: int) -> float:
+    """The least cheap bound of rank r over every chunk ranges it can hold (0 when there are more than
+    the budget's: a bound must not come from part of them)."""
+    p, v = data.placement.num_ranks, data.placement.chunks_per_rank
+    choices = list(itertools.islice(_rank_ranges(s.n, p, v, r), BUDGET.end_rank_ranges + 1))
+    if len(choices) > BUDGET.end_rank_ranges:
+        return 0.0
+    pos = rank_positions(data.placement, r)
+    return min((chunks_bound(s, data, r, ranges, pos) for ranges in choices), default=0.0)
