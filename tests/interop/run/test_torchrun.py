@@ -48,7 +48,7 @@ def test_a_world_that_is_not_the_schedules_rank_count_is_refused(monkeypatch: py
     for key, value in {**ENV, "WORLD_SIZE": "3"}.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(RunError, match=r"torchrun started 3 processes but schedule 'zb-h1' has 2 ranks: start 2 in "
-                                       r"all \(--nnodes N --nproc-per-node K with N\*K = 2\)"):
+                                       r"all \(nodes times processes per node = 2\)"):
         run(generate("zb-h1", 2, 4))
 
 

@@ -16,8 +16,8 @@ import pytest
 from zbsearch.core.ir import Placement, dualpipe, interleaved, linear, vshape
 from zbsearch.core.layers import Layer
 from zbsearch.core.objective import Objective
-from zbsearch.search.partition.bounds import (LayerSums, SplitBoundInput, any_split_bound, least_bound_split,
-                                              linear_rank, one_stage_per_rank, split_bound, v_counts)
+from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound, v_counts
+from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank
 
 
 def _splits(n: int, k: int) -> Iterator[tuple[int, ...]]:

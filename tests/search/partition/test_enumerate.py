@@ -17,8 +17,8 @@ from zbsearch.core.ir import Placement, interleaved, linear, vshape
 from zbsearch.core.layers import Layer
 from zbsearch.core.objective import Objective
 from zbsearch.core.profile import Profile
-from zbsearch.search.partition.bounds import (LayerSums, SplitBoundInput, any_split_bound, linear_rank,
-                                              split_bound, v_chunks)
+from zbsearch.search.partition.bounds import any_split_bound, split_bound
+from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, linear_rank, v_chunks
 from zbsearch.search.partition.enumerate import bound_input, linear_refined, refined_bound, v_refined
 
 GiB = 2.0**30

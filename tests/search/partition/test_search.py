@@ -382,3 +382,21 @@ def test_hops_that_depend_on_the_cut_turn_the_rank_cache_off():
     for counts in all_splits(6, 4):
         assert search.leaf_bound(pl)(counts) == _whole_bound(search, pl, counts, False)
     assert not search.ranks.ranks
+
+
+@pytest.mark.parametrize("placement", ["linear", "v"])
+def test_the_heaviest_layer_floor_reads_w_at_its_least(placement):
+    """A heavy layer whose fused backward costs what B alone does: a schedule runs it as F + full
+    backward per microbatch, so the floor of the bound over every split must count that, not F + B + W
+    (it did: 8 x 3 = 24 against a plan of about 17)."""
+    heavy = {"name": "layers.0", "kind": "decoder", "F": 1.0, "B": 1.0, "W": 1.0, "full_backward": 1.0,
+             "mem_B": GiB, "mem_W": GiB, "static_bytes": GiB, "out_bytes": 1.0}
+    light = [{**heavy, "name": f"layers.{i}", "F": 0.05, "B": 0.05, "W": 0.05, "full_backward": None}
+             for i in range(1, 4)]
+    prof = layered([heavy, *light], 8)
+    pl = parse_placement(placement, 2)
+    request = SplitRequest(prof, 2, (placement,), None, "makespan", "auto")
+    best = min(solve(SplitSearch(request, 1e18).problem(pl, counts), time_limit=10).objective
+               for counts in all_splits(4, len(pl.routes[0])))
+    assert best < 8 * 3
+    assert _bound(request, pl) <= best * (1 + 1e-9)

@@ -103,8 +103,8 @@ def torchtitan_parts(split: Split, version: str) -> list[list[str]]:
         if module not in ("tok_embeddings", "norm", head) and not _LAYER.fullmatch(module):
             raise PartitionError(f"module {module!r} (stage {stages[0]}) is not a module of torchtitan's decoder "
                                  f"models ({known}): torchtitan builds the model itself and splits it by these names; "
-                                 "solve on a profile whose layers carry them (profile --estimate --model llama or a "
-                                 "preset), or hand your trainer the split yourself")
+                                 "solve on a profile whose layers carry them (an estimated llama, moe or preset "
+                                 "profile), or hand your trainer the split yourself")
         if len(stages) > 1:
             raise PartitionError(f"module {module!r} is listed in stages {stages[0]} and {stages[1]}: torchtitan builds "
                                  "each module in one stage; give every module to exactly one stage")

@@ -232,12 +232,11 @@ def _check_torchrun(schedule: Schedule, env: Torchrun, backend: str) -> None:
     p = schedule.num_ranks
     if env.world_size != p:
         raise RunError(f"torchrun started {env.world_size} processes but schedule {schedule.name!r} has {p} ranks: "
-                       f"start {p} in all (--nnodes N --nproc-per-node K with N*K = {p})")
+                       f"start {p} in all (nodes times processes per node = {p})")
     torch = require_torch()
     if backend == "nccl" and torch.cuda.device_count() <= env.local_rank:
         raise RunError(f"process {env.rank} is number {env.local_rank} on its node, which has "
-                       f"{torch.cuda.device_count()} GPU(s): start at most that many processes per node "
-                       "(--nproc-per-node)")
+                       f"{torch.cuda.device_count()} GPU(s): start at most that many processes per node")
 
 
 def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: str | None, model: str | None,

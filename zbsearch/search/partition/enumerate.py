@@ -22,8 +22,8 @@ from ...core.ir import Placement
 from ...core.memory import byte_cap, p_multiple
 from ...core.objective import Objective
 from ...core.profile import Profile
-from .bounds import (SplitBoundInput, linear_rank, one_stage_per_rank, LayerSums, v_chunks, v_rank,
-    any_split_bound, v_counts)
+from .bounds import any_split_bound, v_counts, v_rank
+from .rank_bound import LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, v_chunks
 
 LeafBound = Callable[[tuple[int, ...]], float]
 

@@ -14,16 +14,9 @@ import pytest
 
 from zbsearch.core.ir import interleaved
 from zbsearch.core.layers import Layer
-from zbsearch.search.partition.bounds import (
-    LayerSums,
-    SplitBoundInput,
-    _rank_ranges,
-    _two_round_bound,
-    any_split_bound,
-    head_and_work,
-    rank_positions,
-    split_bound,
-)
+from zbsearch.search.partition.bounds import any_split_bound, split_bound
+from zbsearch.search.partition.interleaved import _rank_ranges, _two_round_bound, head_and_work
+from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, rank_positions
 
 
 def _splits(n: int, k: int) -> Iterator[tuple[int, ...]]:
