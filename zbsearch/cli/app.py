@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
+from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, ShardingOpt, sharded, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
     parse_limit, problem_for_schedule)
@@ -210,6 +210,8 @@ def solve(
     allow_param_copies: AllowParamCopiesOpt = False,
     partition: PartitionOpt = None,
     headroom: HeadroomOpt = 0.08,
+    dp_shard: DpShardOpt = None,
+    sharding: ShardingOpt = "fsdp",
     time_limit: TimeLimitOpt = 30.0,
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
@@ -236,10 +238,9 @@ def solve(
     implied = partition is None and split.has_layers(profile, uniform)
     if implied:
         partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
-    if partition is not None:
-        prof = split.load_layer_profile(profile, p, m)
-    else:
-        prof = load_cli_profile(profile, uniform, p, m, uniform_memory)
+    prof = split.load_layer_profile(profile, p, m) if partition is not None else \
+        load_cli_profile(profile, uniform, p, m, uniform_memory)
+    prof = sharded(prof, dp_shard, sharding)
     _warn_above_device(prof, mem_limit, headroom)
     if partition is None:
         placement = placement or "linear"
@@ -274,10 +275,9 @@ def solve(
         if implied:
             out.print("the profile lists its layers, so every chunk is costed from them (--partition balanced); "
                       "--partition auto searches the split too")
-    if output is not None:
-        out.print(f"wrote {output}")
-    if export_torch is not None:
-        out.print(f"wrote {export_torch}")
+    for path in (output, export_torch):
+        if path is not None:
+            out.print(f"wrote {path}")
 
 
 def _warn_above_device(prof: Any, mem_limit: str, headroom: float) -> None:

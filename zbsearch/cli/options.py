@@ -23,6 +23,7 @@ from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.partition import counts_of, partition_profile
+from ..core.sharding import Sharding, shard_profile
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
 from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory,
     parse_uniform_times)
@@ -96,6 +97,17 @@ PartitionOpt = Annotated[Optional[str], typer.Option(
 HeadroomOpt = Annotated[float, typer.Option(
     "--headroom", min=0.0, max=0.99, rich_help_panel=PROBLEM_PANEL,
     help="Share of the device --mem-limit auto keeps free for allocator fragmentation and buffers.",
+)]
+DpShardOpt = Annotated[Optional[int], typer.Option(
+    "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
+    help="Data-parallel ranks that share each pipeline rank's static bytes (--sharding says which): rescales the "
+         "profile's per-layer static bytes and adds the largest layer's gathered weights and gradient (FSDP). "
+         "Default: no sharding.",
+)]
+ShardingOpt = Annotated[str, typer.Option(
+    "--sharding", metavar="fsdp|zero1|zero2", rich_help_panel=PROBLEM_PANEL,
+    help="With --dp-shard: fsdp (ZeRO-3: parameters, gradients and optimizer state; torchtitan's default), zero1 "
+         "(optimizer state) or zero2 (optimizer state and gradients).",
 )]
 TimeLimitOpt = Annotated[float, typer.Option(
     "--time-limit", metavar="SECONDS", rich_help_panel=SEARCH_PANEL, min=0.0,
@@ -327,3 +339,13 @@ def _mentions(message: str, word: str, whole: bool = False) -> bool:
     tail = r"(?![\w.])" if whole else ""
     return re.search(rf"(?<![\w.-]){re.escape(word)}{tail}", message) is not None
 
+
+
+def sharded(prof: Profile, dp_shard: int | None, sharding: str) -> Profile:
+    """The profile with --dp-shard / --sharding applied (core/sharding.py); unchanged without --dp-shard."""
+    if dp_shard is None:
+        if sharding != "fsdp":
+            raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
+        return prof
+    with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
+        return shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))

@@ -27,7 +27,7 @@ from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shap
 from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
     MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
-from .options import JsonOpt
+from .options import DpShardOpt, JsonOpt, ShardingOpt, sharded
 from .params import IntList, count_list_parser, parse_memory_model
 from ..interop.run.calibrate import calibrate as calibrated
 
@@ -240,8 +240,10 @@ def summary_table(profile: Profile) -> Table:
         comm = _time(profile.comm[r], scale) if r < len(profile.comm) else "-"
         table.add_row(str(r), _span(names[r]), *(_time(v, scale) for v in (st.F, st.B, st.W, st.full_backward)),
                       _bytes(st.mem_B), _bytes(st.mem_W), _bytes(st.static_bytes), comm)
+    sharding = ((profile.details.get("static") or {}).get("sharding") or {}).get("what")
     table.caption = (f"times in {unit} per microbatch (fused: B and W in one backward); memory in bytes, "
-                     "K/M/G = 2^10/2^20/2^30; static: parameters, gradients, optimizer state")
+                     "K/M/G = 2^10/2^20/2^30; static: parameters, gradients, optimizer state"
+                     + (f", {sharding}, with the largest layer's gathered weights and gradient" if sharding else ""))
     table.caption_justify = "left"
     return table
 
@@ -275,6 +277,8 @@ def profile(
     m: ProfileMicrobatchesOpt = None,
     link_gbps: LinkOpt = None,
     optimizer: OptimizerOpt = "adam",
+    dp_shard: DpShardOpt = None,
+    sharding: ShardingOpt = "fsdp",
     torch_stage0: TorchStage0Opt = False,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = None,
@@ -322,6 +326,7 @@ def profile(
             return
         if estimate and memory_model is not None:
             result = replace(result, memory_model=memory_model)
+        result = sharded(result, dp_shard, sharding)
         if calibrate:
             result = calibrated(result)
     if output is not None:

@@ -42,6 +42,7 @@ class Layer:
     mem_B_torch: float | None = None  # the bytes autograd saves (mem_B may have been raised to mem_W)
     mem_kept_torch: float | None = None  # what stays after W while the output (its send) is referenced
     mem_kept_loss_torch: float | None = None  # the same on the loss chunk (a share of a suffix's, measured)
+    gather_bytes: float = 0.0  # gathered while it computes beyond its static bytes (FSDP; core/sharding.py)
     # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -76,6 +77,8 @@ class Layer:
             out["mem_kept_torch"] = self.mem_kept_torch
         if self.mem_kept_loss_torch is not None:
             out["mem_kept_loss_torch"] = self.mem_kept_loss_torch
+        if self.gather_bytes:
+            out["gather_bytes"] = self.gather_bytes
         if self.details:
             out["details"] = self.details
         return out
@@ -132,7 +135,8 @@ def _layer(i: int, entry: dict[str, Any]) -> Layer:
                  None if params is None else int(params), None if torch_w is None else float(torch_w),
                  None if entry.get("mem_B_torch") is None else float(entry["mem_B_torch"]),
                  None if entry.get("mem_kept_torch") is None else float(entry["mem_kept_torch"]),
-                 None if entry.get("mem_kept_loss_torch") is None else float(entry["mem_kept_loss_torch"]), details)
+                 None if entry.get("mem_kept_loss_torch") is None else float(entry["mem_kept_loss_torch"]),
+                 number("gather_bytes"), details)
 
 
 def total_work(layers: Sequence[Layer]) -> float:

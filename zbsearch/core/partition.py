@@ -102,7 +102,9 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
         F=math.fsum(layer.F for layer in group), B=math.fsum(layer.B for layer in group),
         W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM), mem_W=min(mem_W, max(mem_B, MIN_MEM)),
         full_backward=math.fsum(layer.BW for layer in group) if fused else None,
-        static_bytes=math.fsum(layer.static_bytes for layer in group),
+        # A chunk gathers one layer at a time while it computes (FSDP): its largest buffer on top.
+        static_bytes=math.fsum(layer.static_bytes for layer in group) + max((layer.gather_bytes for layer in group),
+                                                                             default=0.0),
         mem_B_torch=torch_b, mem_W_torch=torch_w, mem_kept_torch=kept,
     )
 

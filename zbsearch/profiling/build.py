@@ -20,6 +20,7 @@ from typing import Any, Sequence, Union
 from ..core.calibration import torch_chunk_memory
 from ..core.errors import PartitionError, ProfilerError
 from ..core.profile import Profile, check_microbatches, check_stages
+from ..core.sharding import param_bytes
 from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
 from .estimate import PAPER, estimate_formulas, estimate_layers
 from .distributed import measure_link, torchrun_env
@@ -48,22 +49,13 @@ class Provenance:
 
 
 def optimizer_bytes_per_param(optimizer: str, dtype: str) -> int:
-    """Parameter, gradient and optimizer-state bytes per parameter.
-
-    Mixed precision (bf16/fp16 weights) keeps an fp32 master copy. Adam keeps two fp32 moments, SGD
-    with momentum one, `none` only the weight and its gradient. Adam gives the usual 16 bytes per
-    parameter in both mixed precision (2 + 2 + 4 + 4 + 4) and fp32 (4 + 4 + 4 + 4).
+    """Parameter, gradient and optimizer-state bytes per parameter (core/sharding.py's param_bytes).
 
     >>> optimizer_bytes_per_param("adam", "bf16"), optimizer_bytes_per_param("sgd", "fp32")
     (16, 12)
     """
     check_choice(optimizer, OPTIMIZERS, "optimizer", "optimizer")
-    w = DTYPE_BYTES[dtype]
-    if optimizer == "none":
-        return 2 * w
-    master = 4 if w < 4 else 0
-    states = {"adam": 8, "sgd": 4}[optimizer]
-    return 2 * w + master + states
+    return param_bytes(DTYPE_BYTES[dtype], optimizer).total
 
 
 def check_split(n_layers: int, split: StageSplit) -> None:

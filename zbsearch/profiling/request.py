@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from ..core.errors import ProfilerError, ZbsearchError
 from ..core.profile import check_microbatches
+from ..core.sharding import DTYPE_BYTES, OPTIMIZER_STATE_BYTES
 
-DTYPES = ("bf16", "fp16", "fp32")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPES = tuple(DTYPE_BYTES)
 ATTENTIONS = ("naive", "sdpa")
-OPTIMIZERS = ("adam", "sgd", "none")
+OPTIMIZERS = tuple(OPTIMIZER_STATE_BYTES)
 DEFAULT_LINK_GBPS = 200.0  # one 200 Gb/s InfiniBand HDR link per GPU, a common inter-node pipeline link
 DEFAULT_MFU = 0.4
 DEFAULT_WARMUP = 2

@@ -1,0 +1,171 @@
+"""Static bytes under data-parallel sharding: what a pipeline rank keeps of its layers' parameters,
+gradients and optimizer state when a data-parallel group of N ranks shares them.
+
+Per parameter, with weights of w bytes (2 in bf16/fp16, 4 in fp32), mixed precision's fp32 master copy
+(4 bytes when w < 4) and the optimizer's state (Adam: two fp32 moments, 8 bytes; SGD with momentum: 4;
+none: 0), an unsharded rank holds w + w + master + state bytes (16 with bf16 and Adam). Sharded over N:
+
+- zero1 (ZeRO stage 1): master and state / N; weights and gradients whole.
+- zero2 (ZeRO stage 2): gradients, master and state / N; weights whole.
+- fsdp (FSDP, ZeRO stage 3; torchtitan's default data parallelism): everything / N, plus what a layer
+  gathers while it computes: its whole weights (w bytes per parameter) and, in its backward, its
+  whole gradient before the reduce-scatter (w more). A chunk holds the largest such buffer of its layers
+  (`gather_bytes`) on top of its shards; this assumes each layer is resharded once it has computed
+  (FSDP's reshard after forward), and counts one buffer per chunk, so a rank of a V-shape counts two,
+  one more than it holds at once. FSDP's prefetch of the next layer's weights is not counted.
+
+So with bf16 and Adam a parameter costs 2 + 2 + 12/N (zero1), 2 + 14/N (zero2), 16/N (fsdp) bytes.
+The same numbers for ZeRO: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", SC 2020 (its Figure 1: 2 + 2 + K, K = 12 for mixed-precision Adam).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .errors import ProfileError
+from .profile import Profile
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes of a weight (and an activation element) by dtype
+SHARDINGS = ("fsdp", "zero1", "zero2")
+OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 4, "none": 0}
+MAX_DEGREE = 1 << 20
+
+
+@dataclass(frozen=True)
+class ParamBytes:
+    """Bytes per parameter by what holds them."""
+
+    weights: int
+    grads: int
+    master: int
+    state: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.master + self.state
+
+
+def param_bytes(weight_bytes: int, optimizer: str) -> ParamBytes:
+    """Bytes per parameter of weights of `weight_bytes` under `optimizer` (adam, sgd or none): the
+    weight, its gradient, mixed precision's fp32 master copy and the optimizer's state (none keeps no
+    master copy either: it holds only the weight and its gradient).
+
+    >>> param_bytes(2, "adam").total, param_bytes(4, "sgd").total, param_bytes(2, "none").total
+    (16, 12, 4)
+    """
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise ProfileError(f"optimizer {optimizer!r} is not known: use one of {', '.join(OPTIMIZER_STATE_BYTES)}")
+    if optimizer == "none":
+        return ParamBytes(weight_bytes, weight_bytes, 0, 0)
+    return ParamBytes(weight_bytes, weight_bytes, 4 if weight_bytes < 4 else 0, OPTIMIZER_STATE_BYTES[optimizer])
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """A data-parallel group of `degree` ranks sharing each pipeline rank's static bytes, as `how`."""
+
+    degree: int
+    how: str = "fsdp"
+
+    def check(self) -> "Sharding":
+        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or not 1 <= self.degree <= MAX_DEGREE:
+            raise ProfileError(f"data-parallel shard degree {self.degree!r} is out of range: give the number of "
+                               "data-parallel ranks that share the static bytes, a whole number from 1 (no sharding) "
+                               f"to {MAX_DEGREE}")
+        if self.how not in SHARDINGS:
+            raise ProfileError(f"sharding {self.how!r} is not known: use fsdp (ZeRO-3, torchtitan's default), zero1 "
+                               "(optimizer state) or zero2 (optimizer state and gradients)")
+        return self
+
+    def per_param(self, parts: ParamBytes) -> float:
+        """Bytes per parameter a rank keeps between passes."""
+        n = self.degree
+        optimizer = parts.master + parts.state
+        if self.how == "zero1":
+            return parts.weights + parts.grads + optimizer / n
+        if self.how == "zero2":
+            return parts.weights + (parts.grads + optimizer) / n
+        return parts.total / n
+
+    def gathered_per_param(self, parts: ParamBytes) -> float:
+        """Bytes per parameter a layer gathers while it computes (fsdp only; 0 unsharded)."""
+        return float(parts.weights + parts.grads) if self.how == "fsdp" and self.degree > 1 else 0.0
+
+    def describe(self) -> str:
+        what = {"fsdp": "FSDP / ZeRO-3: parameters, gradients and optimizer state", "zero1": "ZeRO-1: optimizer state",
+                "zero2": "ZeRO-2: optimizer state and gradients"}[self.how]
+        return f"sharded over {self.degree} data-parallel ranks ({what})"
+
+
+def _parts(profile: Profile) -> ParamBytes:
+    """The profile's bytes per parameter by holder, from what it records (details.dtype and
+    details.static.optimizer, as zbsearch profile writes them)."""
+    static = profile.details.get("static") or {}
+    dtype, optimizer = profile.details.get("dtype"), static.get("optimizer")
+    if dtype not in DTYPE_BYTES or optimizer not in OPTIMIZER_STATE_BYTES:
+        raise ProfileError(f"profile {profile.label} does not record its weights' dtype and optimizer (fields "
+                           "details.dtype and details.static.optimizer, as zbsearch profile writes them): sharding "
+                           "needs them to split its static bytes; profile the model again, or add them")
+    parts = param_bytes(DTYPE_BYTES[dtype], optimizer)
+    recorded = static.get("bytes_per_param")
+    if recorded is not None and recorded != parts.total:
+        raise ProfileError(f"profile {profile.label} records {recorded} bytes per parameter but {dtype} weights with "
+                           f"{optimizer} make {parts.total}: fix details.static.bytes_per_param or details.dtype")
+    return parts
+
+
+def _params(profile: Profile, parts: ParamBytes) -> list[float]:
+    layers = profile.layers or ()
+    if not layers:
+        raise ProfileError(f"profile {profile.label} lists no layers: sharding rescales each layer's static bytes "
+                           "and adds the largest layer's gathered ones; use a profile with layers (zbsearch profile "
+                           "writes them)")
+    return [float(layer.params) if layer.params is not None else layer.static_bytes / parts.total for layer in layers]
+
+
+def shard_profile(profile: Profile, sharding: Sharding) -> Profile:
+    """`profile` with every layer's static bytes as `sharding` leaves them on a pipeline rank, its FSDP
+    gather buffer (`gather_bytes`), its stages' static bytes from their layers (details.partition), and
+    `details.static.sharding` saying how. A degree of 1 returns the profile unchanged.
+
+    Raises
+    ------
+    ProfileError
+        The sharding is out of range; the profile is sharded already, lists no layers, or does not
+        record its dtype, optimizer or stage split.
+    """
+    sharding.check()
+    if sharding.degree == 1:
+        return profile
+    static = dict(profile.details.get("static") or {})
+    if "sharding" in static:
+        raise ProfileError(f"profile {profile.label} is {static['sharding'].get('what', 'sharded')} already: shard "
+                           "the unsharded profile once")
+    parts = _parts(profile)
+    keep, gather = sharding.per_param(parts), sharding.gathered_per_param(parts)
+    layers = tuple(replace(layer, static_bytes=n * keep, gather_bytes=n * gather)
+                   for layer, n in zip(profile.layers or (), _params(profile, parts)))
+    static["sharding"] = {"degree": sharding.degree, "how": sharding.how, "bytes_per_param": keep,
+                          "gathered_bytes_per_param": gather, "what": sharding.describe()}
+    return replace(profile, layers=layers, stages=_stages(profile, layers),
+                   details={**profile.details, "static": static})
+
+
+def _stages(profile: Profile, layers: tuple) -> tuple:
+    """The profile's stages with static bytes summed from their (sharded) layers, plus their largest
+    gather buffer."""
+    names = (profile.details.get("partition") or {}).get("layers_per_stage")
+    by_name = {layer.name: layer for layer in layers}
+    if not isinstance(names, list) or len(names) != profile.num_stages or \
+            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
+        raise ProfileError(f"profile {profile.label} does not record which layers each stage holds (field "
+                           "details.partition.layers_per_stage): sharding sums each stage's static bytes from its "
+                           "layers; profile the model again")
+    out = []
+    for stage, stage_names in zip(profile.stages, names):
+        group = [by_name[n] for n in stage_names]
+        total = math.fsum(layer.static_bytes for layer in group) + max(layer.gather_bytes for layer in group)
+        out.append(replace(stage, static_bytes=total))
+    return tuple(out)
