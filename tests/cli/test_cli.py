@@ -37,7 +37,7 @@ SUMMARY_KEYS = {
     "schedule", "placement", "ranks", "stages", "microbatches", "profile", "time_unit", "makespan", "span",
     "bubble_rate_makespan", "bubble_rate_span", "work_per_rank", "idle_per_rank", "span_per_rank",
     "peak_memory_per_rank", "peak_memory_bytes_per_rank", "param_copies", "static_bytes_per_rank", "mem_limit",
-    "valid", "imbalance", "schedule_share_makespan", "schedule_share_span",
+    "valid", "imbalance", "schedule_share_makespan", "schedule_share_span", "memory_model",
 }
 GPIPE_1P_REASON = "; ".join(
     f"rank {r} holds 5 x its stage M_B at time {t} after {r}F4, over the limit 1p = 4 x M_B (peak 8): raise the "
@@ -109,7 +109,7 @@ def test_baseline_json_is_one_object_with_the_keys():
         "work_per_rank": [32.0] * 4, "idle_per_rank": [13.600000000000016] * 4,
         "span_per_rank": [45.600000000000016, 41.40000000000001, 37.20000000000001, 33.000000000000014],
         "peak_memory_per_rank": [4.0, 3.0, 2.0, 1.0], "peak_memory_bytes_per_rank": None,
-        "param_copies": 1, "static_bytes_per_rank": None, "mem_limit": None, "valid": True,
+        "param_copies": 1, "static_bytes_per_rank": None, "mem_limit": None, "valid": True, "memory_model": "paper",
         # Equal stages: no imbalance, the whole bubble is the schedule's.
         "imbalance": 0.0, "schedule_share_makespan": 0.298245614035088, "schedule_share_span": 0.298245614035088,
     }
@@ -119,8 +119,9 @@ def test_baseline_table():
     lines = stdout_lines(invoke("baseline", "gpipe", *UNIFORM))
     assert lines[0] == f"gpipe on {UNIFORM_NAME}"
     assert lines[4] == "│    0 │          32 │        12.6 │        44.6 │                8 │"
-    assert lines[-2] == ("bubble 28.25% of makespan = 0.00% imbalance (the stage split) + 28.25% schedule; "
+    assert lines[-3] == ("bubble 28.25% of makespan = 0.00% imbalance (the stage split) + 28.25% schedule; "
                          "28.25% of span = 0.00% + 28.25% schedule")
+    assert lines[-2] == "memory: activations under the Zero Bubble paper's accounting"
     assert lines[-1] == (f"gpipe (linear) on {UNIFORM_NAME}: p=4 stages=4 m=8; makespan 44.6 unit, span 44.6 unit; "
                          "bubble 28.25% (makespan), 28.25% (span); valid")
 
@@ -193,7 +194,7 @@ def test_show_prints_table_and_gantt(schedule_file):
     assert rows[0].startswith("r0  F0")           # rank 0 starts with microbatch 0's forward
     assert rows[3][:5] == "r3  ."                # rank 3 waits for its first input
     assert lines[-1] == " F  forward   BW  full backward (torch B)  . idle  1 column = 0.475 unit"
-    assert lines[10] == f"1f1b (linear) on {UNIFORM_NAME}: p=4 stages=4 m=8; makespan 45.6 unit, span 45.6 unit; " \
+    assert lines[11] == f"1f1b (linear) on {UNIFORM_NAME}: p=4 stages=4 m=8; makespan 45.6 unit, span 45.6 unit; " \
                        "bubble 29.82% (makespan), 29.82% (span); valid"
     assert _tokens(rows[0])[:5] == [("F", "0"), ("F", "1"), ("F", "2"), ("F", "3"), ("BW", "0")]
 

@@ -14,7 +14,8 @@ from zbsearch.cli.app import app
 SUMMARY = ["schedule", "placement", "ranks", "stages", "microbatches", "profile", "time_unit", "makespan", "span",
            "bubble_rate_makespan", "bubble_rate_span", "work_per_rank", "idle_per_rank", "span_per_rank",
            "peak_memory_per_rank", "peak_memory_bytes_per_rank", "param_copies", "static_bytes_per_rank",
-           "mem_limit", "valid", "imbalance", "schedule_share_makespan", "schedule_share_span"]
+           "mem_limit", "valid", "imbalance", "schedule_share_makespan", "schedule_share_span",
+           "memory_model"]  # memory_model: added with issue 28 (reports name their accounting)
 SEARCH = ["objective", "objective_value", "lower_bound", "bubble_rate_lower_bound", "gap", "status",
           "solve_seconds", "start_heuristic", "heuristic_objective", "schedule_share", "cpsat_status"]
 GRID = ["grid_step", "cpsat_seconds", "grid_rounds"]

@@ -38,7 +38,7 @@ def test_no_curve_unless_asked():
 SUMMARY_KEYS = ["schedule", "placement", "ranks", "stages", "microbatches", "profile", "time_unit", "makespan", "span",
                 "bubble_rate_makespan", "bubble_rate_span", "work_per_rank", "idle_per_rank", "span_per_rank",
                 "peak_memory_per_rank", "peak_memory_bytes_per_rank", "param_copies", "static_bytes_per_rank",
-                "mem_limit", "valid", "imbalance", "schedule_share_makespan", "schedule_share_span"]
+                "mem_limit", "valid", "imbalance", "schedule_share_makespan", "schedule_share_span", "memory_model"]
 
 
 def test_to_dict_keeps_the_json_keys_in_order_with_the_optional_ones_last():

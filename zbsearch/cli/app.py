@@ -22,7 +22,8 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, ShardingOpt, sharded, HeadroomOpt, JsonOpt, MemLimitOpt,
+from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, MemoryModelOpt, ShardingOpt, as_planned,
+    warn_paper_accounting, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
     parse_limit, problem_for_schedule)
@@ -210,6 +211,7 @@ def solve(
     allow_param_copies: AllowParamCopiesOpt = False,
     partition: PartitionOpt = None,
     headroom: HeadroomOpt = 0.08,
+    memory_model: MemoryModelOpt = None,
     dp_shard: DpShardOpt = None,
     sharding: ShardingOpt = "fsdp",
     time_limit: TimeLimitOpt = 30.0,
@@ -221,14 +223,13 @@ def solve(
 ) -> None:
     """Search for the best schedule under a memory limit: heuristics, then CP-SAT, with a proven bound.
 
-    The result never is worse than the best valid heuristic, has passed the validator with the exact
-    times and limit before anything is written, and reports lower_bound, gap, status (optimal when the
-    bound is met) and the heuristic it started from. --placement auto tries dualpipe (two parameter
-    copies per rank, counted in the static memory reported) only with --allow-param-copies.
+    The result never is worse than the best valid heuristic, has passed the validator with the exact times and
+    limit before anything is written, and reports lower_bound, gap, status (optimal when the bound is met) and the
+    heuristic it started from. --placement auto tries dualpipe (two parameter copies per rank) only with
+    --allow-param-copies.
     """
     # defers OR-Tools (the solver) until a command solves: `zbsearch --help` and `list` stay quick
     from ..search.solve import driver as search
-
     # defers OR-Tools, as above (the split search solves)
     from . import split
 
@@ -240,8 +241,8 @@ def solve(
         partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
     prof = split.load_layer_profile(profile, p, m) if partition is not None else \
         load_cli_profile(profile, uniform, p, m, uniform_memory)
-    prof = sharded(prof, dp_shard, sharding)
-    _warn_above_device(prof, mem_limit, headroom)
+    prof = as_planned(prof, dp_shard, sharding, memory_model)
+    _warn_about_plan(prof, mem_limit, headroom, export_torch)
     if partition is None:
         placement = placement or "linear"
         with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
@@ -280,11 +281,14 @@ def solve(
             out.print(f"wrote {path}")
 
 
-def _warn_above_device(prof: Any, mem_limit: str, headroom: float) -> None:
-    """A size above the device less its headroom is taken as written; say so (it is rarely meant)."""
+def _warn_about_plan(prof: Any, mem_limit: str, headroom: float, export_torch: Path | None) -> None:
+    """A size above the device less its headroom is taken as written; say so (it is rarely meant). And a
+    plan for torch's runtime made with the paper's memory accounting holds more than planned."""
     why = above_usable(mem_limit, prof, headroom)
     if why is not None:
         print_warning(f"--mem-limit: {why}")
+    if export_torch is not None:
+        warn_paper_accounting(prof, "--export-torch's CSV")
 
 
 def _warn_even_chunks(prof: Any, problems: list[Any], quiet: bool) -> None:

@@ -15,8 +15,8 @@ import typer
 from ..core.profile import Profile, load_profile
 from ..profiling.distributed import reports_here
 from .console import stdout_console
-from .options import OUTPUT_PANEL, PROBLEM_PANEL, naming_subjects
-from .params import StrList, parse_memory_model, parse_str_list
+from .options import OUTPUT_PANEL, PROBLEM_PANEL, MemoryModelOpt, naming_subjects
+from .params import StrList, parse_str_list
 from .run import BackendOpt, DeviceOpt, TimeoutOpt, TORCH_PANEL
 from ..interop.run.calibrate import calibrate
 from ..studies.fidelity import StudyRequest, require_model, run_study
@@ -28,10 +28,6 @@ CalStepsOpt = Annotated[int, typer.Option(
     "--steps", metavar="N", rich_help_panel=TORCH_PANEL, help="Timed iterations of every run.")]
 CalWarmupOpt = Annotated[int, typer.Option(
     "--warmup", metavar="K", rich_help_panel=TORCH_PANEL, help="Untimed iterations before them.")]
-MemoryModelOpt = Annotated[Optional[str], typer.Option(
-    "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
-    help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
-         "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
 CalOutOpt = Annotated[Path, typer.Option(
     "-o", "--output", metavar="CALIBRATED.json", rich_help_panel=OUTPUT_PANEL,
     help="Where to write the calibrated profile (atomically).")]

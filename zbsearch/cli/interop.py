@@ -17,7 +17,7 @@ from ..interop.formats.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export
 from ..interop.formats.torchtitan import CHECKED, resolve_version
 from .console import stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
-    naming_subjects, problem_for_schedule)
+    naming_subjects, problem_for_schedule, warn_paper_accounting)
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
 from ..sim.validate import validate
@@ -88,6 +88,8 @@ def export_command(
     if fmt in NEEDS_PROFILE and problem is None:
         raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
                             "--uniform F,B,W")
+    if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
+        warn_paper_accounting(problem, f"--format {fmt}")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
     with naming_subjects({"--torchtitan": "torchtitan version"}):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -25,7 +26,8 @@ from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.partition import counts_of, partition_profile
 from ..core.sharding import Sharding, shard_profile
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
-from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory,
+from .console import print_warning
+from .params import (Numbers, parse_chunks, parse_memory_model, parse_microbatches, parse_stages, parse_uniform_memory,
     parse_uniform_times)
 
 PROBLEM_PANEL = "Problem"
@@ -98,6 +100,10 @@ HeadroomOpt = Annotated[float, typer.Option(
     "--headroom", min=0.0, max=0.99, rich_help_panel=PROBLEM_PANEL,
     help="Share of the device --mem-limit auto keeps free for allocator fragmentation and buffers.",
 )]
+MemoryModelOpt = Annotated[Optional[str], typer.Option(
+    "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
+    help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
+         "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
 DpShardOpt = Annotated[Optional[int], typer.Option(
     "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
     help="Data-parallel ranks that share each pipeline rank's static bytes (--sharding says which): rescales the "
@@ -341,11 +347,23 @@ def _mentions(message: str, word: str, whole: bool = False) -> bool:
 
 
 
-def sharded(prof: Profile, dp_shard: int | None, sharding: str) -> Profile:
-    """The profile with --dp-shard / --sharding applied (core/sharding.py); unchanged without --dp-shard."""
+def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None) -> Profile:
+    """The profile with --memory-model, --dp-shard and --sharding applied (core/sharding.py); unchanged
+    without them."""
+    if memory_model is not None:
+        prof = replace(prof, memory_model=memory_model)
     if dp_shard is None:
         if sharding != "fsdp":
             raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
         return prof
     with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
         return shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
+
+
+def warn_paper_accounting(prof: Profile | None, target: str) -> None:
+    """Say when a profile plans with the paper's memory accounting for a plan torch's runtime will run,
+    which holds more (its split backward keeps the graph from I until W)."""
+    if prof is not None and prof.memory_model == "paper" and prof.memory_unit == "bytes":
+        print_warning(f"profile {prof.label} plans with the Zero Bubble paper's memory accounting, but {target} runs "
+                      "on torch's runtime, which holds more (its split backward keeps the graph from I until W): "
+                      "plan with --memory-model torch-runtime")

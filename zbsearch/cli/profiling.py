@@ -27,7 +27,7 @@ from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shap
 from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
     MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
-from .options import DpShardOpt, JsonOpt, ShardingOpt, sharded
+from .options import DpShardOpt, JsonOpt, ShardingOpt, as_planned
 from .params import IntList, count_list_parser, parse_memory_model
 from ..interop.run.calibrate import calibrate as calibrated
 
@@ -326,7 +326,7 @@ def profile(
             return
         if estimate and memory_model is not None:
             result = replace(result, memory_model=memory_model)
-        result = sharded(result, dp_shard, sharding)
+        result = as_planned(result, dp_shard, sharding)
         if calibrate:
             result = calibrated(result)
     if output is not None:

@@ -254,9 +254,19 @@ def summary_table(summary: Summary) -> Table:
         if static is not None:
             row.append(f"{static[r] / 2**30:.3f}")
         table.add_row(*row)
-    table.caption = bubble_split(summary) + _copies(summary)
+    table.caption = bubble_split(summary) + _copies(summary) + "\n" + accounting(summary)
     table.caption_justify = "left"
     return table
+
+
+MEMORY_WORDS = {"paper": "the Zero Bubble paper's accounting",
+                "torch-runtime": "torch's runtime accounting (what its pipelining runtime holds)"}
+
+
+def accounting(summary: Summary) -> str:
+    """Which memory the peaks count: the activation accounting, and the static bytes' sharding."""
+    static = f"; static bytes {summary.static_sharding}" if summary.static_sharding else ""
+    return f"memory: activations under {MEMORY_WORDS.get(summary.memory_model, summary.memory_model)}{static}"
 
 
 def search_status(event: Any) -> str:

@@ -27,7 +27,7 @@ from .simulate import Timeline
 from ..core.objective import Objective
 
 # Written by to_dict only when set, after every other key (the JSON has them only when asked for).
-_OPTIONAL_KEYS = ("memory_curve_per_rank", "reason")
+_OPTIONAL_KEYS = ("memory_curve_per_rank", "reason", "static_sharding")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Summary:
     # Each rank's activation memory over time as [time, level] points, one per change (stage units).
     memory_curve_per_rank: list[list[list[float]]] | None = None
     reason: str | None = None  # why the schedule is not valid, when it is not
+    memory_model: str = "paper"  # the activation accounting the peaks are in (core/calibration.py)
+    static_sharding: str | None = None  # how the static bytes are sharded (core/sharding.py), None: not at all
 
     @property
     def peak_memory(self) -> float:
@@ -148,4 +150,6 @@ def summarize(
         schedule_share_makespan=schedule_share(work, timeline.makespan),
         schedule_share_span=schedule_share(work, timeline.span),
         memory_curve_per_rank=curve,
+        memory_model=profile.memory_model,
+        static_sharding=((profile.details.get("static") or {}).get("sharding") or {}).get("what"),
     )

@@ -1,0 +1,51 @@
+"""Reports name the memory accounting they count in, solve can switch it, and a plan for torch's runtime
+made with the paper's accounting says so (issue 28, deliverable 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
+from zbsearch.core.profile import load_profile
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def paper_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("acct") / "llama.json"
+    result = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "4",
+                                 "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
+                                 "-m", "4", "--memory-model", "paper", "-o", str(path)])
+    assert result.exit_code == 0, result.stderr
+    assert load_profile(path).memory_model == "paper"
+    return path
+
+
+def test_solve_reports_and_switches_the_accounting(paper_profile: Path) -> None:
+    args = ["solve", "--profile", str(paper_profile), "--mem-limit", "2p", "--time-limit", "2"]
+    paper = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    torch = json.loads(runner.invoke(app, [*args, "--json", "--memory-model", "torch-runtime"]).stdout)
+    assert (paper["memory_model"], torch["memory_model"]) == ("paper", "torch-runtime")
+    # torch's runtime holds more from I until W than the paper's accounting counts
+    assert max(torch["peak_memory_bytes_per_rank"]) > max(paper["peak_memory_bytes_per_rank"])
+    text = runner.invoke(app, [*args, "--dp-shard", "4"], env={"COLUMNS": "400"}).stdout
+    assert ("memory: activations under the Zero Bubble paper's accounting; static bytes sharded over 4 "
+            "data-parallel ranks (FSDP / ZeRO-3: parameters, gradients and optimizer state)") in text
+
+
+def test_a_torch_export_planned_with_the_papers_accounting_warns(paper_profile: Path, tmp_path: Path) -> None:
+    args = ["solve", "--profile", str(paper_profile), "--mem-limit", "2p", "--time-limit", "2",
+            "--export-torch", str(tmp_path / "s.csv")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: profile {str(paper_profile)!r} plans with the Zero Bubble paper's memory accounting, but "
+        "--export-torch's CSV runs on torch's runtime, which holds more (its split backward keeps the graph from I "
+        "until W): plan with --memory-model torch-runtime"]
+    result = runner.invoke(app, [*args, "--memory-model", "torch-runtime"])
+    assert result.exit_code == 0 and result.stderr == ""
