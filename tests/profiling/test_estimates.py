@@ -19,7 +19,8 @@ from zbsearch.profiling.build import optimizer_bytes_per_param, profile_estimate
 from zbsearch.profiling.hardware import GPUS
 from zbsearch.profiling.presets import PRESETS, resolve_shape
 from zbsearch.profiling.request import GptShape, LlamaShape, MoeShape, PipelineSetup, StageSplit
-from zbsearch.profiling.transformer import kept_for_W, per_token, saved_for_B
+from zbsearch.profiling.estimate import estimate_layers
+from zbsearch.profiling.transformer import kept_for_W, per_token, saved_for_B, stored_for_W
 
 runner = CliRunner()
 
@@ -224,3 +225,16 @@ def test_estimates_need_no_torch_for_any_shape() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["34", "29"]
+
+
+def test_torchs_held_memory_from_i_to_w_is_what_the_cpu_measured():
+    """Issue 28: from I until W torch's split backward holds everything saved for B plus each weight-bearing
+    op's output gradient. Measured on a CPU (fp32, per token): the profiler's GPT block 11h (its shipped
+    profile), a Llama-style block (h 256, 4 heads, 2 kv heads, SwiGLU 688) 11,648 bytes."""
+    assert per_token(stored_for_W(LlamaShape(hidden=256, heads=4, kv_heads=2, ffn=688), 0, 4)) == 11648
+    measured = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "cpu-gpt-fidelity.json")
+    shape = GptShape(**{k: measured.details["model"][k] for k in ("layers", "hidden", "heads", "seq", "micro_batch",
+                                                                  "vocab")})
+    block = estimate_layers(shape, "h100", dtype="fp32")[1]
+    layer = measured.layers[1]
+    assert block.extra["mem_W_torch_runtime"] - block.mem_B == layer.mem_W_torch - layer.mem_B_torch

@@ -132,8 +132,8 @@ RepeatsOpt = Annotated[int, typer.Option(
     help="Timed runs of every pass; the median is kept.")]
 ProfileMemoryModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", metavar="torch-runtime|paper", rich_help_panel=STAGES_PANEL, parser=parse_memory_model,
-    help="Memory accounting the solver plans with: torch-runtime (what torch's pipelining runtime holds, "
-         "measured; the default when measuring) or paper (the Zero Bubble paper's; the default for estimates).")]
+    help="Memory accounting the solver plans with: torch-runtime (what torch's pipelining runtime holds: measured, "
+         "or estimated from what each layer saves; the default) or paper (the Zero Bubble paper's).")]
 CalibrateOpt = Annotated[bool, typer.Option(
     "--calibrate", rich_help_panel=MEASURE_PANEL,
     help="Then measure torch's per-action overhead and message times with gloo between -p processes "

@@ -217,12 +217,15 @@ def now_utc() -> str:
 def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSplit(),
                      setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
                      attention: str | None = None, name: str | None = None,
-                     preset: Preset | None = None) -> Profile:
+                     preset: Preset | None = None, memory_model: str = "torch-runtime") -> Profile:
     """The estimated profile of a GPT, Llama-style or MoE shape on a GPU (a key of hardware.GPUS); no torch.
 
     `shape` is a record (GptShape, LlamaShape, MoeShape) or a preset's name (presets.PRESETS, e.g.
     "llama3-8b"); `preset` says which preset a record was made from, for the profile's citation.
     `attention` defaults to naive for a GptShape of one's own and to sdpa (fused) otherwise.
+    `memory_model`: the accounting plans on it use; by default what torch's runtime holds (each layer
+    carries its estimate: everything saved for B plus the gradients I stores for W), since plans run on
+    torch and torchtitan.
     """
     if isinstance(shape, str):
         shape, preset = resolve_shape(shape, {})
@@ -253,7 +256,8 @@ def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSpli
         name=name or f"{label}-{gpu}-estimated", source=source, details=details,
         link_origin="--link-gbps" if setup.link_gbps is not None else DEFAULT_LINK,
         capacity_bytes=spec.memory_bytes)
-    return build_profile(costs, replace(split, anchored=GPT_ANCHORS), setup, provenance, dtype=dtype)
+    built = build_profile(costs, replace(split, anchored=GPT_ANCHORS), setup, provenance, dtype=dtype)
+    return replace(built, memory_model=memory_model)
 
 
 def profile_gpt_estimate(shape: GptShape, gpu: str, split: StageSplit = StageSplit(),

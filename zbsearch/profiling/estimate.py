@@ -17,7 +17,7 @@ from .costs import LayerCost, apply_layout, decoder_layout
 from .hardware import gpu_spec
 from .request import (ATTENTIONS, DEFAULT_MFU, DTYPE_BYTES, DTYPES, GptShape, LlamaShape, MoeShape, bad_input,
     check_choice)
-from .transformer import block_flops, kept_for_W, per_token, saved_for_B
+from .transformer import block_flops, kept_for_W, per_token, saved_for_B, stored_for_W
 
 PAPER = "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, arXiv:2401.10241"
 
@@ -94,6 +94,13 @@ def _flops_cost(name: str, flops: dict[str, float], r: Rates, mem: tuple[float, 
     return LayerCost(name, F, B, W, B + W, mem[0], mem[1], params=params, out_bytes=out_bytes, extra={"flops": flops})
 
 
+def _held_by_torch(cost: LayerCost, stored_for_W: float) -> LayerCost:
+    """The cost with what torch's split backward holds of the layer from I until W: everything saved for
+    B (I keeps the whole graph) plus the gradients it stores for W (core/calibration.py reads it)."""
+    cost.extra["mem_W_torch_runtime"] = cost.mem_B + stored_for_W
+    return cost
+
+
 def embedding_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
     """The token embedding (with the GPT's learned positions): a memory-bound gather and scatter-add."""
     b, s, h, d = shape.micro_batch, shape.seq, shape.hidden, r.d
@@ -101,8 +108,9 @@ def embedding_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
     if isinstance(shape, GptShape):
         moved = {"F": moved["F"] + 2 * b * s * h * d + 3 * s * h * d, "W": moved["W"] + b * s * h * d + 3 * s * h * d}
     F, W = moved["F"] / r.bytes, moved["W"] / r.bytes
-    return LayerCost("tok_embeddings", F, 0.0, W, W, 8.0 * b * s, 8.0 * b * s, params=params,
+    cost = LayerCost("tok_embeddings", F, 0.0, W, W, 8.0 * b * s, 8.0 * b * s, params=params,
                      out_bytes=b * s * h * d, extra={"bytes_moved": moved, "flops": {"F": 0, "B": 0, "W": 0}})
+    return _held_by_torch(cost, 0.0)  # on the first stage torch runs the whole backward at once
 
 
 def head_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
@@ -110,7 +118,8 @@ def head_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
     b, s, h, V, d = shape.micro_batch, shape.seq, shape.hidden, shape.vocab, r.d
     flops = 2.0 * b * s * h * V
     mem = (float(b * s * (2 * d * h + d * V + 4 * V)), float(b * s * (d * h + d * V)))
-    return _flops_cost("output", {"F": flops, "B": flops, "W": flops}, r, mem, params, 4)
+    cost = _flops_cost("output", {"F": flops, "B": flops, "W": flops}, r, mem, params, 4)
+    return _held_by_torch(cost, b * s * d * (V + h))  # the logits' and the final norm's output gradients
 
 
 def _gpt_block(shape: GptShape, i: int, r: Rates, attention: str) -> LayerCost:
@@ -118,14 +127,17 @@ def _gpt_block(shape: GptShape, i: int, r: Rates, attention: str) -> LayerCost:
     flops = {"F": b * s * h * (24 * h + 4 * s), "B": b * s * h * (24 * h + 8 * s), "W": b * s * h * 24 * h}
     act = r.d / 2  # the paper's byte counts assume 16-bit activations
     mem = (act * b * s * (34 * h + (5 * a * s if attention == "naive" else 0)), act * 32 * b * s * h)
-    return _flops_cost(f"layers.{i}", flops, r, mem, shape.block_params(i), b * s * h * r.d)
+    cost = _flops_cost(f"layers.{i}", flops, r, mem, shape.block_params(i), b * s * h * r.d)
+    # The output gradients of q/k/v (3h), the projection (h), the MLP's two (4h, h) and both norms (2h):
+    # measured exact on the profiler's GPT (profiles/cpu-gpt-fidelity.json: 11h per token in fp32).
+    return _held_by_torch(cost, 11 * b * s * h * r.d)
 
 
 def _decoder_block(shape: LlamaShape, i: int, r: Rates, attention: str) -> LayerCost:
     tokens = shape.micro_batch * shape.seq
     mem = (tokens * per_token(saved_for_B(shape, i, r.d, attention)), tokens * per_token(kept_for_W(shape, i, r.d)))
-    cost = _flops_cost(f"layers.{i}", block_flops(shape, i), r, mem, shape.block_params(i),
-                       tokens * shape.hidden * r.d)
+    cost = _held_by_torch(_flops_cost(f"layers.{i}", block_flops(shape, i), r, mem, shape.block_params(i),
+                                      tokens * shape.hidden * r.d), tokens * per_token(stored_for_W(shape, i, r.d)))
     if isinstance(shape, MoeShape):
         cost.extra["mlp"] = "MoE" if shape.is_moe(i) else "dense"
     return cost

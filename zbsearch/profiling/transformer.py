@@ -109,6 +109,15 @@ def kept_for_W(shape: LlamaShape, i: int, d: int) -> list[Tensor]:
     return out
 
 
+def stored_for_W(shape: LlamaShape, i: int, d: int) -> list[Tensor]:
+    """The gradients torch's split backward stores for block i's W, per token: each weight-bearing op's
+    output gradient (its matrix multiplies', as kept_for_W lists them, and the two norms', whose weights
+    need theirs). From I until W torch holds these on top of everything saved for B, since I keeps the
+    whole graph (retain_graph); measured exact on a CPU Llama-style block (issue 28)."""
+    grads = [t for t in kept_for_W(shape, i, d) if "gradient" in t[0]]
+    return grads + [("attention norm output gradient", shape.hidden * d), ("MLP norm output gradient", shape.hidden * d)]
+
+
 def per_token(tensors: list[Tensor]) -> float:
     return float(sum(nbytes for _, nbytes in tensors))
 
@@ -122,4 +131,5 @@ def inventory(shape: LlamaShape, d: int, attention: str) -> dict[str, Any]:
         if shape.dense_layers < shape.layers:
             kinds["MoE block"] = shape.dense_layers
     return {name: {"saved from F until B": dict(saved_for_B(shape, i, d, attention)),
-                   "kept from B until W": dict(kept_for_W(shape, i, d))} for name, i in kinds.items()}
+                   "kept from B until W": dict(kept_for_W(shape, i, d)),
+                   "stored by torch's I for W": dict(stored_for_W(shape, i, d))} for name, i in kinds.items()}
