@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .errors import ProfileError
+from .recompute import RecomputeOption, parse_options
 
 LAYER_KINDS = ("embedding", "decoder", "mtp", "output", "other")
 
@@ -43,6 +44,7 @@ class Layer:
     mem_kept_torch: float | None = None  # what stays after W while the output (its send) is referenced
     mem_kept_loss_torch: float | None = None  # the same on the loss chunk (a share of a suffix's, measured)
     gather_bytes: float = 0.0  # gathered while it computes beyond its static bytes (FSDP; core/sharding.py)
+    recompute: tuple[RecomputeOption, ...] = ()  # the ways to rebuild its activations in the backward
     # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -79,6 +81,8 @@ class Layer:
             out["mem_kept_loss_torch"] = self.mem_kept_loss_torch
         if self.gather_bytes:
             out["gather_bytes"] = self.gather_bytes
+        if self.recompute:
+            out["recompute"] = [option.to_dict() for option in self.recompute]
         if self.details:
             out["details"] = self.details
         return out
@@ -91,7 +95,7 @@ def parse_layers(origin: str, raw: Sequence[dict[str, Any]]) -> tuple[Layer, ...
         raise ProfileError(f"{origin}: field layers is empty; list one object per layer in model order, or leave "
                            "layers out")
     _check_given_everywhere(origin, raw)
-    layers = tuple(_layer(i, entry) for i, entry in enumerate(raw))
+    layers = tuple(_layer(origin, i, entry) for i, entry in enumerate(raw))
     seen: dict[str, int] = {}
     for i, layer in enumerate(layers):
         for path in dict.fromkeys((layer.name,) + layer.modules):
@@ -120,7 +124,7 @@ def _check_given_everywhere(origin: str, raw: Sequence[dict[str, Any]]) -> None:
                                f"it: give {key} for every layer (0 where the layer has none), or for none")
 
 
-def _layer(i: int, entry: dict[str, Any]) -> Layer:
+def _layer(origin: str, i: int, entry: dict[str, Any]) -> Layer:
     def number(key: str, default: float = 0.0) -> float:
         value = entry.get(key)
         return default if value is None else float(value)
@@ -129,14 +133,17 @@ def _layer(i: int, entry: dict[str, Any]) -> Layer:
     # Profiles written before mem_W_torch was a field keep the measured figure in the layer's details.
     torch_w = entry.get("mem_W_torch", details.get("mem_W_torch_runtime"))
     torch_w = torch_w if isinstance(torch_w, (int, float)) and not isinstance(torch_w, bool) else None
+    kind = str(entry.get("kind") or "other")
+    held = number("mem_B_torch", number("mem_B"))
+    options = parse_options(origin, f"layers[{i}]", entry.get("recompute") or (), kind, held)
     return Layer(str(entry["name"]), number("F"), number("B"), number("W"), number("mem_B"), number("mem_W"),
                  number("static_bytes"), number("out_bytes"), None if fb is None else float(fb),
-                 tuple(str(m) for m in entry.get("modules") or ()), str(entry.get("kind") or "other"),
+                 tuple(str(m) for m in entry.get("modules") or ()), kind,
                  None if params is None else int(params), None if torch_w is None else float(torch_w),
                  None if entry.get("mem_B_torch") is None else float(entry["mem_B_torch"]),
                  None if entry.get("mem_kept_torch") is None else float(entry["mem_kept_torch"]),
                  None if entry.get("mem_kept_loss_torch") is None else float(entry["mem_kept_loss_torch"]),
-                 number("gather_bytes"), details)
+                 number("gather_bytes"), options, details)
 
 
 def total_work(layers: Sequence[Layer]) -> float:

@@ -151,6 +151,10 @@ def _numbers(data: dict[str, Any]) -> Iterable[tuple[str, Any]]:
         for i, entry in enumerate(entries if isinstance(entries, list) else []):
             for key, value in (entry.items() if isinstance(entry, dict) else ()):
                 yield f"{listed}[{i}].{key}", value
+            options = entry.get("recompute") if isinstance(entry, dict) else None
+            for k, option in enumerate(options if isinstance(options, list) else []):
+                for key, value in (option.items() if isinstance(option, dict) else ()):
+                    yield f"{listed}[{i}].recompute[{k}].{key}", value
 
 
 def _check_finite(data: dict[str, Any], origin: str) -> None:

@@ -70,9 +70,11 @@ class LayerCost:
             for key in ("mem_kept_torch", "mem_kept_loss_torch"):
                 if key in self.extra:
                     out[key] = float(self.extra[key])
+        if "recompute" in self.extra:
+            out["recompute"] = self.extra["recompute"]
         if self.extra:
             out["details"] = {k: v for k, v in self.extra.items()
-                              if k not in ("mem_B_torch", "mem_kept_torch", "mem_kept_loss_torch")}
+                              if k not in ("mem_B_torch", "mem_kept_torch", "mem_kept_loss_torch", "recompute")}
         return out
 
 

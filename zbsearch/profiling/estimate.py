@@ -122,6 +122,22 @@ def head_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
     return _held_by_torch(cost, b * s * d * (V + h))  # the logits' and the final norm's output gradients
 
 
+def _with_recompute(cost: LayerCost, input_bytes: float, core: tuple[float, float] | None) -> LayerCost:
+    """The block with its recompute options (core/recompute.py). full keeps only the block's input and
+    runs its forward again in I; selective (naive attention only; `core`: the bytes the attention core
+    saves and its forward time) drops the core's saved tensors and runs the core again in I. Either way I
+    rebuilds what was dropped and, keeping its graph for W, holds it until W: the options' mem_W and peak
+    are the block's mem_W_torch."""
+    held_w = cost.extra["mem_W_torch_runtime"]
+    options = [{"level": "full", "time": cost.F, "pays": "I", "mem_B": float(input_bytes), "mem_W": held_w,
+                "peak": held_w}]
+    if core is not None:
+        options.insert(0, {"level": "selective", "time": core[1], "pays": "I", "mem_B": cost.mem_B - core[0],
+                           "mem_W": held_w, "peak": held_w})
+    cost.extra["recompute"] = options
+    return cost
+
+
 def _gpt_block(shape: GptShape, i: int, r: Rates, attention: str) -> LayerCost:
     b, s, h, a = shape.micro_batch, shape.seq, shape.hidden, shape.heads
     flops = {"F": b * s * h * (24 * h + 4 * s), "B": b * s * h * (24 * h + 8 * s), "W": b * s * h * 24 * h}
@@ -130,7 +146,10 @@ def _gpt_block(shape: GptShape, i: int, r: Rates, attention: str) -> LayerCost:
     cost = _flops_cost(f"layers.{i}", flops, r, mem, shape.block_params(i), b * s * h * r.d)
     # The output gradients of q/k/v (3h), the projection (h), the MLP's two (4h, h) and both norms (2h):
     # measured exact on the profiler's GPT (profiles/cpu-gpt-fidelity.json: 11h per token in fp32).
-    return _held_by_torch(cost, 11 * b * s * h * r.d)
+    cost = _held_by_torch(cost, 11 * b * s * h * r.d)
+    # Korthikanti et al.'s attention core: 5as/h of the 34 + 5as/h, and its score and value products.
+    core = (act * b * s * 5 * a * s, 4.0 * b * s * s * h / r.flops) if attention == "naive" else None
+    return _with_recompute(cost, b * s * h * r.d, core)
 
 
 def _decoder_block(shape: LlamaShape, i: int, r: Rates, attention: str) -> LayerCost:
@@ -140,7 +159,10 @@ def _decoder_block(shape: LlamaShape, i: int, r: Rates, attention: str) -> Layer
                                       tokens * shape.hidden * r.d), tokens * per_token(stored_for_W(shape, i, r.d)))
     if isinstance(shape, MoeShape):
         cost.extra["mlp"] = "MoE" if shape.is_moe(i) else "dense"
-    return cost
+    # The naive core keeps its softmax probabilities (s per head and token); its products cost 4bs^2 h_a.
+    core = (tokens * shape.heads * shape.seq * r.d, 4.0 * tokens * shape.seq * shape.heads * shape.dh / r.flops) \
+        if attention == "naive" else None
+    return _with_recompute(cost, tokens * shape.hidden * r.d, core)
 
 
 def estimate_layers(shape: Shape, gpu: str, *, dtype: str = "bf16", mfu: float = DEFAULT_MFU,
