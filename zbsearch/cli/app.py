@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, MemoryModelOpt, ShardingOpt, as_planned,
+from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned,
     warn_paper_accounting, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
@@ -212,6 +212,7 @@ def solve(
     partition: PartitionOpt = None,
     headroom: HeadroomOpt = 0.08,
     memory_model: MemoryModelOpt = None,
+    recompute: RecomputeOpt = None,
     dp_shard: DpShardOpt = None,
     sharding: ShardingOpt = "fsdp",
     time_limit: TimeLimitOpt = 30.0,
@@ -237,11 +238,10 @@ def solve(
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     auto = AUTO_PLACEMENTS + (PARAM_COPY_PLACEMENTS if allow_param_copies else ())
     implied = partition is None and split.has_layers(profile, uniform)
-    if implied:
-        partition = "balanced"  # chunk costs from the layers; the search itself is asked for with auto
-    prof = split.load_layer_profile(profile, p, m) if partition is not None else \
-        load_cli_profile(profile, uniform, p, m, uniform_memory)
-    prof = as_planned(prof, dp_shard, sharding, memory_model)
+    partition = "balanced" if implied else partition  # chunk costs from the layers; auto searches the split
+    prof = as_planned(split.load_layer_profile(profile, p, m) if partition is not None else
+                      load_cli_profile(profile, uniform, p, m, uniform_memory), dp_shard, sharding, memory_model,
+                      recompute)
     _warn_about_plan(prof, mem_limit, headroom, export_torch)
     if partition is None:
         placement = placement or "linear"

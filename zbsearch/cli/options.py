@@ -24,6 +24,7 @@ from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.partition import counts_of, partition_profile
+from ..core.recompute_choice import parse_recompute, with_recompute
 from ..core.sharding import Sharding, shard_profile
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
 from .console import print_warning
@@ -104,6 +105,13 @@ MemoryModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
     help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
          "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option(
+    "--recompute", metavar="none|full|selective|fixed:NAME[=LEVEL],...", rich_help_panel=PROBLEM_PANEL,
+    show_default=False,
+    help="Activation recompute, from the profile's per-layer options: full or selective on every layer that lists "
+         "it, or fixed: the named layers (first..last ranges; =full, the default, or =selective). Needs the "
+         "torch-runtime memory accounting. Default: none.",
+)]
 DpShardOpt = Annotated[Optional[int], typer.Option(
     "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
     help="Data-parallel ranks that share each pipeline rank's static bytes (--sharding says which): rescales the "
@@ -347,17 +355,27 @@ def _mentions(message: str, word: str, whole: bool = False) -> bool:
 
 
 
-def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None) -> Profile:
-    """The profile with --memory-model, --dp-shard and --sharding applied (core/sharding.py); unchanged
-    without them."""
+def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None,
+               recompute: str | None = None) -> Profile:
+    """The profile with --memory-model, --dp-shard / --sharding (core/sharding.py) and --recompute
+    (core/recompute_choice.py) applied; unchanged without them."""
     if memory_model is not None:
         prof = replace(prof, memory_model=memory_model)
-    if dp_shard is None:
-        if sharding != "fsdp":
-            raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
+    if dp_shard is None and sharding != "fsdp":
+        raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
+    if dp_shard is not None:
+        with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
+            prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
+    if recompute is None or recompute.strip() == "none":
         return prof
-    with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
-        return shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
+    if prof.layers is None:
+        raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
+                            f"{prof.label} lists no layers: profile the model with zbsearch profile")
+    if prof.memory_model != "torch-runtime":
+        raise ZbsearchError(f"--recompute {recompute}: recompute's memory is modelled under torch's runtime accounting "
+                            f"and profile {prof.label} plans with the paper's: add --memory-model torch-runtime")
+    with naming_subjects({"--recompute": "recompute"}):
+        return with_recompute(prof, parse_recompute(recompute, prof.layers))
 
 
 def warn_paper_accounting(prof: Profile | None, target: str) -> None:

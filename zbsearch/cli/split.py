@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -55,16 +56,32 @@ def split_table(result: SolveResult) -> Table:
     show = fmt_bytes if bytes_unit else fmt_number
     table = Table(title=f"split ({facts['rule']}): layers per chunk {','.join(map(str, facts['layers_per_chunk']))}",
                   title_justify="left")
-    for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits"):
+    recompute = any("recomputed" in row for row in facts["ranks"])
+    for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits") + \
+            (("recomputed", "+time", "saved F->I") if recompute else ()):
         table.add_column(col, justify="left" if col == "layers" else "right",
                          overflow="fold" if col == "layers" else "ellipsis")
     for row in facts["ranks"]:
         layers = "\n".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
         cap = row["cap_bytes"]
-        table.add_row(str(row["rank"]), layers, show(row["static_bytes"]), show(row["peak_activation_bytes"]),
-                      show(row["total_bytes"]), "-" if cap is None or math.isinf(cap) else show(cap),
-                      "yes" if row["fits"] else "NO")
+        cells = [str(row["rank"]), layers, show(row["static_bytes"]), show(row["peak_activation_bytes"]),
+                 show(row["total_bytes"]), "-" if cap is None or math.isinf(cap) else show(cap),
+                 "yes" if row["fits"] else "NO"]
+        if recompute:
+            cells += _recompute_cells(row, show)
+        table.add_row(*cells)
     return table
+
+
+def _recompute_cells(row: dict, show: Any) -> list[str]:
+    """A rank's recompute: how many layers at which level, the time it adds per iteration, the bytes it
+    saves from F until I per microbatch."""
+    chosen = row.get("recomputed", [])
+    if not chosen:
+        return ["-", "-", "-"]
+    levels = sorted({c["level"] for c in chosen})
+    return [f"{len(chosen)} ({'/'.join(levels)})", fmt_number(row["recompute_time"]),
+            show(row["recompute_saved_bytes"])]
 
 
 def bound_line(result: SolveResult) -> str:

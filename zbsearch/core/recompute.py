@@ -68,3 +68,4 @@ def parse_options(origin: str, where: str, raw: Sequence[dict[str, Any]], kind: 
                                f"recompute ({held_from_f:g}): a {option.level} recompute keeps less from F until I; "
                                "fix the option or drop it")
     return options
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.recompute_choice import recompute_facts
 from ...sim.simulate import Timeline
 from ..solve.report import SolveResult
 
@@ -25,6 +26,7 @@ def split_facts(result: SolveResult, rule: str) -> dict[str, Any]:
     problem = result.problem
     prof, pl, limit = problem.profile, problem.placement, problem.limit
     assert prof.partition is not None
+    by_name = {layer.name: layer for layer in prof.layers or ()}
     ranks = []
     for r in range(pl.num_ranks):
         static = prof.stages[r].static_bytes or 0.0
@@ -39,6 +41,10 @@ def split_facts(result: SolveResult, rule: str) -> dict[str, Any]:
             "cap_bytes": cap if limit.includes_static else None,
             "fits": peak <= limit.per_rank[r] * (1 + 1e-9),
         })
+        mine = [by_name[name] for c in pl.chunks_on(r) for name in prof.partition[c] if name in by_name]
+        facts = recompute_facts(mine, problem.num_microbatches)
+        if facts["recomputed"]:
+            ranks[-1].update(facts)
     route = pl.routes[0]
     return {
         "rule": rule,

@@ -1,0 +1,81 @@
+"""Recompute chosen for a profile's layers (issue 28): a layer at a level, the --recompute values, a
+profile with its levels applied, and what the split report says per rank."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
+from zbsearch.core.errors import ProfileError
+from zbsearch.core.recompute_choice import parse_recompute, recomputed, with_recompute
+from zbsearch.profiling.build import profile_estimate
+from zbsearch.profiling.request import LlamaShape, PipelineSetup, StageSplit
+from zbsearch.schedules import generate
+from zbsearch.sim.simulate import simulate
+
+runner = CliRunner()
+SHAPE = LlamaShape(layers=4, hidden=256, heads=4, kv_heads=2, seq=128, vocab=1024)
+
+
+@pytest.fixture(scope="module")
+def naive():
+    return profile_estimate(SHAPE, "h100", StageSplit(stages=2), PipelineSetup(microbatches=4), attention="naive")
+
+
+def test_a_recomputed_layer_pays_in_i_and_holds_less_until_i(naive) -> None:
+    block = naive.layers[1]
+    full = recomputed(block, "full")
+    option = block.recompute[-1]
+    assert (full.F, full.B, full.W) == (block.F, block.B + option.time, block.W)
+    assert full.BW == pytest.approx(block.BW + option.time)
+    assert (full.mem_B_torch, full.mem_W_torch) == (option.mem_B, option.mem_W)
+    assert full.recompute == () and full.details["recomputed"]["level"] == "full"
+    assert full.details["recomputed"]["saved_from_f"] == block.mem_B - option.mem_B
+    assert recomputed(block, "none") is block and recomputed(naive.layers[0], "full") is naive.layers[0]
+
+
+def test_recompute_values_name_levels_per_layer(naive) -> None:
+    layers = naive.layers
+    assert parse_recompute("none", layers) == {}
+    assert parse_recompute("full", layers) == {f"layers.{i}": "full" for i in range(4)}
+    assert parse_recompute("fixed:layers.0..layers.1=selective,layers.3", layers) == {
+        "layers.0": "selective", "layers.1": "selective", "layers.3": "full"}
+    for value, message in [("auto2", "recompute 'auto2' is not known"),
+                           ("fixed:layers.9", "names layer 'layers.9', which the profile does not list"),
+                           ("fixed:output", "asks layer 'output' for full, which it does not list as an option"),
+                           ("fixed:layers.1=half", "asks for level 'half': use full or selective")]:
+        with pytest.raises(ProfileError, match=message):
+            parse_recompute(value, layers)
+
+
+def test_full_recompute_lowers_the_peak_and_lengthens_the_iteration(naive) -> None:
+    full = with_recompute(naive, parse_recompute("full", naive.layers))
+    schedule = generate("1f1b", 2, 4)
+    before, after = simulate(schedule, naive), simulate(schedule, full)
+    assert after.makespan > before.makespan
+    assert all(after.peak_memory(r) < before.peak_memory(r) for r in range(2))
+    assert with_recompute(naive, {}) is naive
+    with pytest.raises(Exception, match="does not record which layers each stage holds"):
+        with_recompute(replace(naive, details={}), {"layers.0": "full"})
+
+
+def test_solve_reports_what_recompute_does_per_rank(naive, tmp_path: Path) -> None:
+    naive.save(tmp_path / "p.json")
+    args = ["solve", "--profile", str(tmp_path / "p.json"), "--partition", "even", "--placement", "linear",
+            "--mem-limit", "2p",
+            "--time-limit", "2", "--json"]
+    ranks = json.loads(runner.invoke(app, [*args, "--recompute", "fixed:layers.0,layers.3=selective"]).stdout)
+    ranks = ranks["partition"]["ranks"]
+    chosen = {entry["layer"]: entry["level"] for row in ranks for entry in row.get("recomputed", [])}
+    assert chosen == {"layers.0": "full", "layers.3": "selective"}
+    assert all(row["recompute_time"] > 0 and row["recompute_saved_bytes"] > 0 for row in ranks)
+    plain = json.loads(runner.invoke(app, args).stdout)["partition"]["ranks"]
+    assert not any("recomputed" in row for row in plain)
+    result = runner.invoke(app, [*args, "--recompute", "full", "--memory-model", "paper"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: --recompute full: recompute's memory is "
+                                                              "modelled under torch's runtime accounting")

@@ -1,0 +1,106 @@
+"""Recompute chosen for a profile's layers: a layer run at a recompute level (core/recompute.py says what
+the options are), the `--recompute` values that choose levels, and a profile with its layers' levels
+applied, its stages summed again from them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from .errors import PartitionError, ProfileError
+from .partition import summed
+from .profile import Profile
+from .recompute import LEVELS, RecomputeOption
+
+
+def option_of(layer: Any, level: str) -> RecomputeOption | None:
+    """The layer's option at `level` (core.layers.Layer), None where it has none."""
+    return next((o for o in layer.recompute if o.level == level), None)
+
+
+def recomputed(layer: Any, level: str) -> Any:
+    """The layer (core.layers.Layer) run at `level`: its pass that pays the recompute takes the extra
+    time (its fused backward too), it holds the option's bytes from F until I and from I until W under
+    torch's runtime, and it lists no options any more (they apply to the layer as profiled). Unchanged at
+    none, or where the layer has no such option."""
+    option = option_of(layer, level) if level != "none" else None
+    if option is None:
+        return layer
+    extra_b, extra_w = (option.time, 0.0) if option.pays == "I" else (0.0, option.time)
+    return replace(layer, B=layer.B + extra_b, W=layer.W + extra_w,
+                   full_backward=None if layer.full_backward is None else layer.full_backward + option.time,
+                   mem_B=option.mem_B, mem_W=min(layer.mem_W, option.mem_B), mem_B_torch=option.mem_B,
+                   mem_W_torch=option.mem_W, recompute=(),
+                   details={**layer.details, "recomputed": {"level": level, "time": option.time,
+                                                            "saved_from_f": held_from_f(layer) - option.mem_B}})
+
+
+def held_from_f(layer: Any) -> float:
+    """What a layer holds from F until I as profiled (torch's figure where measured)."""
+    return layer.mem_B_torch if layer.mem_B_torch is not None else layer.mem_B
+
+
+def recompute_facts(layers: Sequence[Any], microbatches: int) -> dict[str, Any]:
+    """What recompute does on a chunk or rank of these layers: the layers recomputed (with their level),
+    the time it adds per iteration (all microbatches) and the bytes it saves from F until I per microbatch."""
+    chosen = [(layer.name, layer.details["recomputed"]) for layer in layers if "recomputed" in layer.details]
+    return {"recomputed": [{"layer": name, "level": info["level"]} for name, info in chosen],
+            "recompute_time": microbatches * sum(info["time"] for _, info in chosen),
+            "recompute_saved_bytes": sum(info["saved_from_f"] for _, info in chosen)}
+
+
+def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
+    """The level of every layer a `--recompute` value asks for, by layer name (layers left out run at
+    none): `none`; `full` or `selective` on every layer that lists that option; `fixed:SPEC`, SPEC a
+    comma list of layer names or ranges `first..last`, each with `=full` (the default) or `=selective`.
+
+    >>> from types import SimpleNamespace as L
+    >>> layers = [L(name=f"layers.{i}", recompute=(L(level="full"),)) for i in range(4)]
+    >>> parse_recompute("fixed:layers.1..layers.2,layers.3=full", layers)
+    {'layers.1': 'full', 'layers.2': 'full', 'layers.3': 'full'}
+    """
+    value = text.strip()
+    if value in LEVELS:
+        return {} if value == "none" else {x.name: value for x in layers if any(o.level == value for o in x.recompute)}
+    if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
+        raise ProfileError(f"recompute {text!r} is not known: use none, full, selective or fixed:NAME[=LEVEL],... "
+                           "(layer names or first..last ranges, level full or selective)")
+    names = [x.name for x in layers]
+    chosen: dict[str, str] = {}
+    for item in value[len("fixed:"):].split(","):
+        span, _, level = item.strip().partition("=")
+        level = level.strip() or "full"
+        if level not in ("full", "selective"):
+            raise ProfileError(f"recompute fixed:{item.strip()} asks for level {level!r}: use full or selective")
+        first, _, last = span.partition("..")
+        for name in (first.strip(), last.strip() or first.strip()):
+            if name not in names:
+                raise ProfileError(f"recompute fixed:{item.strip()} names layer {name!r}, which the profile does not "
+                                   f"list: use its layer names ({names[0]} ... {names[-1]})")
+        i, j = names.index(first.strip()), names.index(last.strip() or first.strip())
+        for layer in layers[min(i, j):max(i, j) + 1]:
+            if not any(o.level == level for o in layer.recompute):
+                raise ProfileError(f"recompute fixed:{item.strip()} asks layer {layer.name!r} for {level}, which it "
+                                   "does not list as an option: choose another level or leave the layer out")
+            chosen[layer.name] = level
+    return chosen
+
+
+
+def with_recompute(profile: Profile, levels: Mapping[str, str]) -> Profile:
+    """`profile` with each layer named in `levels` run at its level (`recomputed`), and its stages (the
+    profile's own split, details.partition.layers_per_stage) summed again from its layers. Unchanged when
+    `levels` is empty."""
+    if not levels:
+        return profile
+    layers = tuple(recomputed(layer, levels.get(layer.name, "none")) for layer in profile.layers or ())
+    names = (profile.details.get("partition") or {}).get("layers_per_stage")
+    by_name = {layer.name: layer for layer in layers}
+    if not isinstance(names, list) or len(names) != profile.num_stages or \
+            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
+        raise PartitionError(f"profile {profile.label} does not record which layers each stage holds (field "
+                             "details.partition.layers_per_stage): recompute sums its stages from their layers; "
+                             "profile the model again")
+    last = len(names) - 1
+    stages = tuple(summed([by_name[n] for n in stage], k == last, k == 0) for k, stage in enumerate(names))
+    return replace(profile, layers=layers, stages=stages)
