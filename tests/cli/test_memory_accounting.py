@@ -4,6 +4,7 @@ made with the paper's accounting says so (issue 28, deliverable 1)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
+from zbsearch.core.ir import Schedule
+from zbsearch.core.partition import counts_of, partition_profile
 from zbsearch.core.profile import load_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
@@ -60,3 +63,28 @@ def test_a_torch_export_planned_with_the_papers_accounting_warns(paper_profile: 
         "until W): plan with --memory-model torch-runtime"]
     result = runner.invoke(app, [*args, "--memory-model", "torch-runtime"])
     assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_a_plan_with_recompute_is_costed_with_it_and_export_says_what_is_not_exported(tmp_path: Path) -> None:
+    estimate = ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "4", "--hidden", "256",
+                "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2", "-m", "4", "-o", str(tmp_path / "p.json")]
+    assert runner.invoke(app, estimate).exit_code == 0
+    plan = tmp_path / "plan.json"
+    result = runner.invoke(app, ["solve", "--profile", str(tmp_path / "p.json"), "--mem-limit", "2p", "--time-limit", "2",
+                                 "--recompute", "fixed:layers.1", "-o", str(plan)])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(plan.read_text())["meta"]["partition"]["recompute"] == {"layers.1": "full"}
+    solved = runner.invoke(app, ["validate", str(plan), "--profile", str(tmp_path / "p.json")], env={"COLUMNS": "300"})
+    assert solved.exit_code == 0, solved.stderr
+    # The plan is costed with its recompute: layer 1's I takes its forward again.
+    makespan = float(re.search(r"makespan ([\d,.]+) us", solved.stdout).group(1).replace(",", ""))
+    schedule = Schedule.load(plan)
+    profile = load_profile(tmp_path / "p.json")
+    counts = counts_of(schedule.meta["partition"]["chunks"], profile.layers, schedule.placement)
+    plain = simulate(schedule, partition_profile(profile, schedule.placement, counts))
+    assert makespan > plain.makespan * (1 + 1e-6)
+    result = runner.invoke(app, ["export", str(plan), "-f", "torchtitan", "--profile", str(tmp_path / "p.json"),
+                                 "-o", str(tmp_path / "plan.csv")])
+    assert result.exit_code == 0
+    assert "was planned recomputing 1 layer(s) (layers.1 ... layers.1, meta.partition.recompute); --format torchtitan " \
+           "does not recompute yet" in result.stderr

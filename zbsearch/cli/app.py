@@ -22,8 +22,8 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .options import (AllowParamCopiesOpt, ChunksOpt, DpShardOpt, ExportTorchOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned,
-    warn_paper_accounting, HeadroomOpt, JsonOpt, MemLimitOpt,
+from .levers import DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned, warn_paper_accounting
+from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
     parse_limit, problem_for_schedule)
@@ -255,7 +255,7 @@ def solve(
 
         if partition is not None:
             result = split.solve_split(prof, p, partition, placement, auto, mem_limit, objective, headroom, time_limit,
-                                       workers, seed, on_event)
+                                       workers, seed, on_event, (recompute or "").strip() == "auto")
         else:
             result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
                                              progress=on_event)

@@ -15,7 +15,8 @@ import typer
 from ..core.profile import Profile, load_profile
 from ..profiling.distributed import reports_here
 from .console import stdout_console
-from .options import OUTPUT_PANEL, PROBLEM_PANEL, MemoryModelOpt, naming_subjects
+from .levers import MemoryModelOpt
+from .options import OUTPUT_PANEL, PROBLEM_PANEL, naming_subjects
 from .params import StrList, parse_str_list
 from .run import BackendOpt, DeviceOpt, TimeoutOpt, TORCH_PANEL
 from ..interop.run.calibrate import calibrate

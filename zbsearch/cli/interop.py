@@ -17,7 +17,8 @@ from ..interop.formats.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export
 from ..interop.formats.torchtitan import CHECKED, resolve_version
 from .console import stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
-    naming_subjects, problem_for_schedule, warn_paper_accounting)
+    naming_subjects, problem_for_schedule)
+from .levers import warn_paper_accounting, warn_recompute_not_applied
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
 from ..sim.validate import validate
@@ -90,6 +91,8 @@ def export_command(
                             "--uniform F,B,W")
     if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
         warn_paper_accounting(problem, f"--format {fmt}")
+    if fmt in ("torchtitan", "megatron-layout"):
+        warn_recompute_not_applied(schedule, f"--format {fmt}")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
     with naming_subjects({"--torchtitan": "torchtitan version"}):

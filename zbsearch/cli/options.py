@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -24,11 +23,9 @@ from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
 from ..core.partition import counts_of, partition_profile
-from ..core.recompute_choice import parse_recompute, with_recompute
-from ..core.sharding import Sharding, shard_profile
+from ..core.recompute_choice import with_recompute
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
-from .console import print_warning
-from .params import (Numbers, parse_chunks, parse_memory_model, parse_microbatches, parse_stages, parse_uniform_memory,
+from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory,
     parse_uniform_times)
 
 PROBLEM_PANEL = "Problem"
@@ -100,28 +97,6 @@ PartitionOpt = Annotated[Optional[str], typer.Option(
 HeadroomOpt = Annotated[float, typer.Option(
     "--headroom", min=0.0, max=0.99, rich_help_panel=PROBLEM_PANEL,
     help="Share of the device --mem-limit auto keeps free for allocator fragmentation and buffers.",
-)]
-MemoryModelOpt = Annotated[Optional[str], typer.Option(
-    "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
-    help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
-         "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
-RecomputeOpt = Annotated[Optional[str], typer.Option(
-    "--recompute", metavar="none|full|selective|fixed:NAME[=LEVEL],...", rich_help_panel=PROBLEM_PANEL,
-    show_default=False,
-    help="Activation recompute, from the profile's per-layer options: full or selective on every layer that lists "
-         "it, or fixed: the named layers (first..last ranges; =full, the default, or =selective). Needs the "
-         "torch-runtime memory accounting. Default: none.",
-)]
-DpShardOpt = Annotated[Optional[int], typer.Option(
-    "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
-    help="Data-parallel ranks that share each pipeline rank's static bytes (--sharding says which): rescales the "
-         "profile's per-layer static bytes and adds the largest layer's gathered weights and gradient (FSDP). "
-         "Default: no sharding.",
-)]
-ShardingOpt = Annotated[str, typer.Option(
-    "--sharding", metavar="fsdp|zero1|zero2", rich_help_panel=PROBLEM_PANEL,
-    help="With --dp-shard: fsdp (ZeRO-3: parameters, gradients and optimizer state; torchtitan's default), zero1 "
-         "(optimizer state) or zero2 (optimizer state and gradients).",
 )]
 TimeLimitOpt = Annotated[float, typer.Option(
     "--time-limit", metavar="SECONDS", rich_help_panel=SEARCH_PANEL, min=0.0,
@@ -269,6 +244,7 @@ def problem_for_schedule(
     if problem.layers is not None and isinstance(split, dict) and "chunks" in split:
         # A schedule solved on a split of the layers is costed on that split, not on the profile's own.
         with naming({"--profile": str(profile)}):
+            problem = with_recompute(problem, split.get("recompute") or {}, restage=False)  # the plan's levels
             counts = counts_of(split["chunks"], problem.layers, schedule.placement)
             return partition_profile(problem, schedule.placement, counts)
     ranks = schedule.num_ranks
@@ -352,36 +328,3 @@ def _quotes(message: str, word: str) -> bool:
 def _mentions(message: str, word: str, whole: bool = False) -> bool:
     tail = r"(?![\w.])" if whole else ""
     return re.search(rf"(?<![\w.-]){re.escape(word)}{tail}", message) is not None
-
-
-
-def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None,
-               recompute: str | None = None) -> Profile:
-    """The profile with --memory-model, --dp-shard / --sharding (core/sharding.py) and --recompute
-    (core/recompute_choice.py) applied; unchanged without them."""
-    if memory_model is not None:
-        prof = replace(prof, memory_model=memory_model)
-    if dp_shard is None and sharding != "fsdp":
-        raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
-    if dp_shard is not None:
-        with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
-            prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
-    if recompute is None or recompute.strip() == "none":
-        return prof
-    if prof.layers is None:
-        raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
-                            f"{prof.label} lists no layers: profile the model with zbsearch profile")
-    if prof.memory_model != "torch-runtime":
-        raise ZbsearchError(f"--recompute {recompute}: recompute's memory is modelled under torch's runtime accounting "
-                            f"and profile {prof.label} plans with the paper's: add --memory-model torch-runtime")
-    with naming_subjects({"--recompute": "recompute"}):
-        return with_recompute(prof, parse_recompute(recompute, prof.layers))
-
-
-def warn_paper_accounting(prof: Profile | None, target: str) -> None:
-    """Say when a profile plans with the paper's memory accounting for a plan torch's runtime will run,
-    which holds more (its split backward keeps the graph from I until W)."""
-    if prof is not None and prof.memory_model == "paper" and prof.memory_unit == "bytes":
-        print_warning(f"profile {prof.label} plans with the Zero Bubble paper's memory accounting, but {target} runs "
-                      "on torch's runtime, which holds more (its split backward keeps the graph from I until W): "
-                      "plan with --memory-model torch-runtime")

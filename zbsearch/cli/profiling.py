@@ -27,7 +27,8 @@ from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shap
 from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
     MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
-from .options import DpShardOpt, JsonOpt, ShardingOpt, as_planned
+from .levers import DpShardOpt, ShardingOpt, as_planned
+from .options import JsonOpt
 from .params import IntList, count_list_parser, parse_memory_model
 from ..interop.run.calibrate import calibrate as calibrated
 

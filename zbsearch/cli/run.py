@@ -21,6 +21,7 @@ from ..core.ir import Kind, Schedule
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
+from .levers import warn_recompute_not_applied
 from ..interop.run.launcher import run, thread_mismatch
 from ..profiling.distributed import reports_here
 
@@ -114,6 +115,8 @@ def run_command(
 
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    if reports_here():
+        warn_recompute_not_applied(schedule, "zbsearch run")
     mismatch = thread_mismatch(problem)
     if mismatch is not None and reports_here():
         print_warning(mismatch)

@@ -11,6 +11,7 @@ from rich.table import Table
 from ..core.errors import PartitionError, ProfileError
 from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
+from ..search.partition.recompute import search_with_recompute
 from ..search.partition.search import SplitRequest, search_splits
 from ..search.solve.driver import Progress, SolveResult
 from ..search.partition.report import layer_range
@@ -39,13 +40,14 @@ def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profi
 def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
                 mem_limit: str, objective: str,
                 headroom: float, time_limit: float, workers: int, seed: int,
-                progress: "callable[[Progress], None] | None") -> SolveResult:
+                progress: "callable[[Progress], None] | None", recompute_auto: bool = False) -> SolveResult:
     names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
     request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
     # Innermost first: an error about the counts is --partition's even when it quotes the placement.
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
-        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        search = search_with_recompute if recompute_auto else search_splits
+        return search(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
 
 
 def split_table(result: SolveResult) -> Table:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from .calibration import kept_after_w, torch_chunk_memory
 from .errors import PartitionError
@@ -224,7 +224,7 @@ def split_from_layers(names: Sequence[Sequence[str]], layers: Sequence[Layer]) -
                  tuple(tuple(by_name[n].kind for n in chunk) for chunk in chunks))
 
 
-def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
+def split_meta(profile: Profile) -> dict[str, Any]:
     """`schedule.meta["partition"]` for a schedule made on `profile`, one split of its layers
     (`partition_profile`): layer names, module paths and kinds per global chunk index.
 
@@ -242,4 +242,9 @@ def split_meta(profile: Profile) -> dict[str, list[list[str]]]:
     if profile.partition is None or profile.layers is None:
         raise PartitionError(f"profile {profile.label} is not a split of per-layer costs: split its layers over the "
                              "placement first (core.partition.partition_profile)")
-    return split_from_layers(profile.partition, profile.layers).to_meta()
+    meta: dict[str, Any] = split_from_layers(profile.partition, profile.layers).to_meta()
+    chosen = {layer.name: layer.details["recomputed"]["level"] for layer in profile.layers
+              if "recomputed" in layer.details}
+    if chosen:  # the recompute levels the plan was made with (core/recompute_choice.py)
+        meta["recompute"] = chosen
+    return meta

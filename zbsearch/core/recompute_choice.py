@@ -63,7 +63,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     if value in LEVELS:
         return {} if value == "none" else {x.name: value for x in layers if any(o.level == value for o in x.recompute)}
     if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
-        raise ProfileError(f"recompute {text!r} is not known: use none, full, selective or fixed:NAME[=LEVEL],... "
+        raise ProfileError(f"recompute {text!r} is not known: use none, auto, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
     names = [x.name for x in layers]
     chosen: dict[str, str] = {}
@@ -87,13 +87,26 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
 
 
 
-def with_recompute(profile: Profile, levels: Mapping[str, str]) -> Profile:
-    """`profile` with each layer named in `levels` run at its level (`recomputed`), and its stages (the
-    profile's own split, details.partition.layers_per_stage) summed again from its layers. Unchanged when
-    `levels` is empty."""
+def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = True) -> Profile:
+    """`profile` with each layer named in `levels` run at its level (`recomputed`), and (with `restage`)
+    its stages (the profile's own split, details.partition.layers_per_stage) summed again from its
+    layers. Unchanged when `levels` is empty.
+
+    Raises
+    ------
+    ProfileError
+        `levels` names a layer the profile does not list, or a level that layer has no option for.
+    """
     if not levels:
         return profile
     layers = tuple(recomputed(layer, levels.get(layer.name, "none")) for layer in profile.layers or ())
+    missing = set(levels) - {layer.name for layer in layers if "recomputed" in layer.details}
+    if missing:
+        name = sorted(missing)[0]
+        raise ProfileError(f"recompute names layer {name!r} at {levels[name]}, which profile {profile.label} does not "
+                           "list with that option: use the profile the plan was made on")
+    if not restage:
+        return replace(profile, layers=layers)
     names = (profile.details.get("partition") or {}).get("layers_per_stage")
     by_name = {layer.name: layer for layer in layers}
     if not isinstance(names, list) or len(names) != profile.num_stages or \

@@ -155,7 +155,7 @@ def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, 
     return out
 
 
-def _improve(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
+def improve_split(search: SplitSearch, start: Scored, budget_end: float) -> Scored:
     """One-layer transfers from `start` while they improve: the moves whose cheap bound (split_bound)
     is smallest first (ties: the one that unloads the busiest rank), and none whose bound cannot beat
     the best."""
@@ -234,7 +234,7 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
         mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
         budget_end = time.monotonic() + search.time_left() / (per_placement - k)
         if mine and mine[0].objective < math.inf:
-            _improve(search, mine[0], budget_end)
+            improve_split(search, mine[0], budget_end)
     ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.key)
     if not ranked:
         raise _no_split_fits(request, search)

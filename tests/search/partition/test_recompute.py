@@ -1,0 +1,80 @@
+"""--recompute auto (issue 28, deliverable 3): the bound over every split and every recompute choice is
+below the best of them (brute force), and where memory throttles the plan the search finds recompute."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from zbsearch.core.errors import InfeasibleError
+from zbsearch.core.placement import parse_placement
+from zbsearch.core.profile import Profile
+from zbsearch.core.recompute_choice import with_recompute
+from zbsearch.search.partition.recompute import least_memory, search_with_recompute
+from zbsearch.search.partition.search import SplitRequest, SplitSearch, any_split_bound_of, search_splits
+from zbsearch.search.solve.driver import solve
+
+GiB = 2**30
+
+
+def block(i: int, F: float, option_time: float, mem: float = 4.0, kept: float = 0.5) -> dict:
+    return {"name": f"layers.{i}", "kind": "decoder", "F": F, "B": F, "W": F, "mem_B": mem * GiB, "mem_W": mem * GiB,
+            "mem_W_torch": mem * GiB, "static_bytes": 1.0 * GiB, "out_bytes": 1.0,
+            "recompute": [{"level": "full", "time": option_time, "mem_B": kept * GiB, "mem_W": mem * GiB}]}
+
+
+def profile(blocks: list[dict], m: int) -> Profile:
+    ends = [{"name": "tok_embeddings", "kind": "embedding", "F": 0.1, "B": 0.0, "W": 0.1, "mem_B": 0.01 * GiB,
+             "mem_W": 0.01 * GiB, "mem_W_torch": 0.01 * GiB, "static_bytes": 0.5 * GiB, "out_bytes": 1.0},
+            {"name": "output", "kind": "output", "F": 0.2, "B": 0.2, "W": 0.2, "mem_B": 0.1 * GiB, "mem_W": 0.1 * GiB,
+             "mem_W_torch": 0.2 * GiB, "static_bytes": 0.5 * GiB, "out_bytes": 1.0}]
+    return Profile.from_dict({
+        "name": "recompute-toy", "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": GiB, "mem_W": GiB}], "microbatches": m,
+        "time_unit": "unit", "memory_unit": "bytes", "comm": 0.0, "memory_model": "torch-runtime",
+        "layers": [ends[0], *blocks, ends[1]], "source": {"kind": "estimated", "method": "hand-made for tests"}})
+
+
+def all_splits(n: int, k: int):
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        edges = (0,) + cuts + (n,)
+        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+
+
+@pytest.mark.parametrize("seed, cap, placement", [(0, "9GiB", "linear"), (1, "11GiB", "linear"), (2, "12GiB", "v")])
+def test_the_bound_holds_over_every_split_and_every_recompute_choice(seed, cap, placement) -> None:
+    times = [(1.0, 0.5), (2.0, 0.8), (1.0, 1.0)][seed:] + [(1.5, 0.7)]
+    prof = profile([block(i, F, t) for i, (F, t) in enumerate(times)], 4)
+    pl = parse_placement(placement, 2)
+    names = [x["name"] for x in [block(i, 1, 1) for i in range(len(times))]]
+    best = math.inf
+    for chosen in itertools.product((False, True), repeat=len(names)):
+        levels = {name: "full" for name, on in zip(names, chosen) if on}
+        search = SplitSearch(SplitRequest(with_recompute(prof, levels, restage=False), 2, (placement,), cap, "makespan"), math.inf)
+        for counts in all_splits(len(prof.layers), len(pl.routes[0])):
+            try:
+                result = solve(search.problem(pl, counts), time_limit=10)
+            except InfeasibleError:
+                continue
+            best = min(best, result.objective)  # a valid plan of this split and choice (optimal or not)
+    assert best < math.inf
+    relaxed = SplitRequest(Profile.from_dict({**prof.to_dict(), "layers": [x.to_dict() for x in
+                                                                           least_memory(prof.layers)]}),
+                           2, (placement,), cap, "makespan")
+    bound, _ = any_split_bound_of(relaxed, SplitSearch(relaxed, math.inf), best, None)
+    assert bound <= best * (1 + 1e-9)
+
+
+def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None:
+    """Four heavy blocks on two ranks, a cap that holds one microbatch of a rank's blocks: recompute that
+    costs a tenth of a forward lets several microbatches be in flight."""
+    prof = profile([block(i, 1.0, 0.1) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
+    plain = search_splits(request, time_limit=6)
+    auto = search_with_recompute(request, time_limit=12)
+    ranks = auto.details.partition.facts["ranks"]
+    assert any(row.get("recomputed") for row in ranks)
+    assert auto.objective < plain.objective * 0.95
+    assert auto.lower_bound <= auto.objective
+    assert auto.schedule.meta["partition"]["recompute"]

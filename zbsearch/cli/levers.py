@@ -1,0 +1,87 @@
+"""The memory levers on the command line: --memory-model, --dp-shard / --sharding and --recompute applied
+to a profile (core/sharding.py, core/recompute_choice.py), and the warnings for plans that torch's
+runtime will run with more memory, or without the recompute they were made with."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Optional
+
+import typer
+
+from ..core.errors import ZbsearchError
+from ..core.ir import Schedule
+from ..core.profile import Profile
+from ..core.recompute_choice import parse_recompute, with_recompute
+from ..core.sharding import Sharding, shard_profile
+from .console import print_warning
+from .options import PROBLEM_PANEL, naming_subjects
+from .params import parse_memory_model
+
+MemoryModelOpt = Annotated[Optional[str], typer.Option(
+    "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
+    help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
+         "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option(
+    "--recompute", metavar="none|auto|full|selective|fixed:NAME[=LEVEL],...", rich_help_panel=PROBLEM_PANEL,
+    show_default=False,
+    help="Activation recompute, from the profile's per-layer options: auto (the search chooses which layers each "
+         "rank recomputes, with the split and the schedule), full or selective on every layer that lists it, or "
+         "fixed: the named layers (first..last ranges; =full, the default, or =selective). Needs the torch-runtime "
+         "memory accounting. Default: none.",
+)]
+DpShardOpt = Annotated[Optional[int], typer.Option(
+    "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
+    help="Data-parallel ranks that share each pipeline rank's static bytes (--sharding says which): rescales the "
+         "profile's per-layer static bytes and adds the largest layer's gathered weights and gradient (FSDP). "
+         "Default: no sharding.",
+)]
+ShardingOpt = Annotated[str, typer.Option(
+    "--sharding", metavar="fsdp|zero1|zero2", rich_help_panel=PROBLEM_PANEL,
+    help="With --dp-shard: fsdp (ZeRO-3: parameters, gradients and optimizer state; torchtitan's default), zero1 "
+         "(optimizer state) or zero2 (optimizer state and gradients).",
+)]
+
+
+def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None,
+               recompute: str | None = None) -> Profile:
+    """The profile with --memory-model, --dp-shard / --sharding (core/sharding.py) and --recompute
+    (core/recompute_choice.py) applied; unchanged without them."""
+    if memory_model is not None:
+        prof = replace(prof, memory_model=memory_model)
+    if dp_shard is None and sharding != "fsdp":
+        raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
+    if dp_shard is not None:
+        with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
+            prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
+    if recompute is None or recompute.strip() == "none":
+        return prof
+    if recompute.strip() == "auto" and prof.layers is not None and prof.memory_model == "torch-runtime":
+        return prof  # the search chooses (search/partition/recompute.py)
+    if prof.layers is None:
+        raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
+                            f"{prof.label} lists no layers: profile the model with zbsearch profile")
+    if prof.memory_model != "torch-runtime":
+        raise ZbsearchError(f"--recompute {recompute}: recompute's memory is modelled under torch's runtime accounting "
+                            f"and profile {prof.label} plans with the paper's: add --memory-model torch-runtime")
+    with naming_subjects({"--recompute": "recompute"}):
+        return with_recompute(prof, parse_recompute(recompute, prof.layers))
+
+
+def warn_paper_accounting(prof: Profile | None, target: str) -> None:
+    """Say when a profile plans with the paper's memory accounting for a plan torch's runtime will run,
+    which holds more (its split backward keeps the graph from I until W)."""
+    if prof is not None and prof.memory_model == "paper" and prof.memory_unit == "bytes":
+        print_warning(f"profile {prof.label} plans with the Zero Bubble paper's memory accounting, but {target} runs "
+                      "on torch's runtime, which holds more (its split backward keeps the graph from I until W): "
+                      "plan with --memory-model torch-runtime")
+
+
+def warn_recompute_not_applied(schedule: Schedule, what: str) -> None:
+    """Say when a plan recomputes layers that `what` does not recompute yet (issue 28: run and export)."""
+    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
+    if levels:
+        names = sorted(levels)
+        print_warning(f"schedule {schedule.name!r} was planned recomputing {len(levels)} layer(s) ({names[0]} ... "
+                      f"{names[-1]}, meta.partition.recompute); {what} does not recompute yet, so memory and time "
+                      "will be those of the plan without recompute")

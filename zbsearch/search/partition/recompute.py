@@ -1,0 +1,203 @@
+"""`--recompute auto`: which layers each rank recomputes, chosen with the split, the placement and the
+schedule.
+
+Recompute pays where memory throttles the schedule: a rank at its cap holds fewer microbatches than its
+schedule would, and the ranks behind it wait. So the search starts from the best plan without recompute
+(the ordinary joint search, `search_splits`) and walks the recompute levels of its layers, scoring each
+step with the heuristics on the same split and placement:
+
+1. the ranks whose room would not take one more microbatch of their heaviest chunk are the throttled
+   ones;
+2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on
+   each throttled rank alone, the layers that save the most bytes per unit of time first; or it gives
+   back the recompute of a rank no longer near its cap;
+3. the best step that lowers the objective is taken, and the split is then improved for the new
+   levels with the joint search's one-layer moves; the walk stops when no step helps.
+
+It walks twice, from no recompute up and from uniform full recompute down (the Megatron and torchtitan
+habit), and the better end is polished by the solver on its split. The plan without recompute is kept
+when nothing beats it, so `auto` is never slower than it. The bound over every split holds for every
+recompute choice: it is taken on the layers at their least time (no recompute) with their least memory
+(the option holding least from F until I, and from I until W), which no choice beats in either.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from ...core.errors import InfeasibleError
+from ...core.ir import Placement
+from ...core.layers import Layer
+from ...core.objective import Status
+from ...core.partition import groups
+from ...core.placement import parse_placement
+from ...core.recompute_choice import held_from_f, option_of, with_recompute
+from ..budget import BUDGET
+from ..solve.driver import Progress, SolveResult
+from ..solve.grid import OPTIMAL_RTOL
+from ..solve.starts import heuristic_start
+from .search import (
+    SplitRequest,
+    SplitSearch,
+    any_split_bound_of,
+    improve_split,
+    search_splits,
+)
+
+STEPS = (1, 2, 4)  # layers added per throttled rank in one step
+
+
+@dataclass
+class Levels:
+    """One recompute choice on one split: the levels by layer name, and what the heuristics make of it."""
+
+    levels: dict[str, str]
+    placement: Placement
+    counts: tuple[int, ...]
+    objective: float = math.inf
+    tight: tuple[int, ...] = ()  # the ranks at their cap
+
+
+def least_memory(layers: Sequence[Layer]) -> tuple[Layer, ...]:
+    """The layers at their least time (as profiled) with their least memory over every recompute option:
+    what no recompute choice beats, so a bound on them holds for every choice."""
+    out = []
+    for layer in layers:
+        if not layer.recompute:
+            out.append(layer)
+            continue
+        torch_w = layer.mem_W_torch
+        least_w = min([o.mem_W for o in layer.recompute] + ([torch_w] if torch_w is not None else []))
+        least_b = min([o.mem_B for o in layer.recompute] + [held_from_f(layer)])
+        out.append(replace(layer, mem_B=min(layer.mem_B, least_b), mem_W=min(layer.mem_W, least_b),
+                           mem_B_torch=least_b, mem_W_torch=least_w if torch_w is not None else None))
+    return tuple(out)
+
+
+def _rank_layers(request: SplitRequest, placement: Placement, counts: Sequence[int]) -> list[list[Layer]]:
+    """The profile's layers on each rank for a split (route order)."""
+    route = placement.routes[0]
+    out: list[list[Layer]] = [[] for _ in range(placement.num_ranks)]
+    for k, group in enumerate(groups(request.profile.layers or (), counts)):
+        out[placement.chunk_to_rank[route[k]]].extend(group)
+    return out
+
+
+def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placement,
+              counts: Sequence[int]) -> Levels:
+    """The heuristics' best schedule of one split with these levels, and which ranks sit at their cap."""
+    out = Levels(dict(levels), placement, tuple(counts))
+    search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
+    try:
+        problem = search.problem(placement, counts)
+        problem.check_feasible()
+        start = heuristic_start(problem)
+    except InfeasibleError:
+        return out
+    out.objective = start.objective
+    costs = problem.chunk_costs
+    # At its cap: the rank's room would not take one more microbatch of its heaviest chunk.
+    out.tight = tuple(r for r in range(problem.num_ranks)
+                      if start.timeline.peak_memory(r) + max(costs[c].mem_B for c in problem.placement.chunks_on(r))
+                      > problem.limit.per_rank[r])
+    return out
+
+
+def _more(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
+    """`levels` with up to k more of these layers recomputed in full, the most bytes saved per unit of
+    time first."""
+    free = [x for x in layers if x.name not in levels and option_of(x, "full") is not None]
+    free.sort(key=lambda x: -(held_from_f(x) - option_of(x, "full").mem_B) / max(option_of(x, "full").time, 1e-12))
+    return {**levels, **{x.name: "full" for x in free[:k]}}
+
+
+def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
+    """The recompute choices one step away (see the module)."""
+    ranks = _rank_layers(request, current.placement, current.counts)
+    tight = list(current.tight)
+    steps = []
+    for k in STEPS:
+        grown = dict(current.levels)
+        for r in tight:
+            grown = _more(ranks[r], grown, k)
+        steps.append(grown)
+    steps += [_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
+    for r in range(len(ranks)):
+        mine = [x.name for x in ranks[r] if x.name in current.levels]
+        if mine and r not in tight:
+            steps.append({name: level for name, level in current.levels.items() if name != mine[-1]})
+    return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
+
+
+def walk(request: SplitRequest, start: Levels, deadline: float) -> Levels:
+    """From `start`, take the best step that lowers the objective, then improve the split for the new
+    levels, until no step helps or the deadline passes."""
+    best = start
+    while time.monotonic() < deadline:
+        found = [_evaluate(request, levels, best.placement, best.counts) for levels in _steps(request, best)
+                 if time.monotonic() < deadline]
+        step = min(found, key=lambda x: x.objective, default=None)
+        if step is None or not step.objective < best.objective * (1 - 1e-9):
+            return best
+        best = _resplit(request, step, deadline)
+    return best
+
+
+def _resplit(request: SplitRequest, current: Levels, deadline: float) -> Levels:
+    """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
+    even, balanced or fixed:..., stays as named)."""
+    if request.rule.strip().lower() != "auto":
+        return current
+    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline)
+    entry = search.score(current.placement, current.counts, "recompute")
+    moved = improve_split(search, entry, deadline)
+    if moved.counts == current.counts or not moved.objective < current.objective:
+        return current
+    return _evaluate(request, current.levels, moved.placement, moved.counts)
+
+
+def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
+                          progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """The best plan over splits, placements and recompute levels found within `time_limit` (see the
+    module); never worse than the plan without recompute. Its bound holds over every recompute choice."""
+    t0 = time.monotonic()
+    plain = search_splits(request, time_limit=BUDGET.recompute_plain_share * time_limit, workers=workers, seed=seed,
+                          progress=progress)
+    placement = parse_placement(plain.problem.placement.name, request.num_ranks)
+    counts = _counts(plain, placement)
+    walk_end = t0 + (BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
+    up = walk(request, _evaluate(request, {}, placement, counts), time.monotonic() + (walk_end - time.monotonic()) / 2)
+    everything = _more(request.profile.layers or (), {}, len(request.profile.layers or ()))
+    down = walk(request, _evaluate(request, everything, placement, counts), walk_end)
+    best = min((up, down), key=lambda x: x.objective)
+    if not (best.levels and best.objective < plain.objective):
+        best = Levels({}, placement, counts)  # nothing beats the plan without recompute: polish that one further
+    chosen = replace(request, profile=with_recompute(request.profile, best.levels, restage=False), placements=(placement.name,),
+                     rule="fixed:" + ",".join(map(str, best.counts)))
+    left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
+    polished = search_splits(chosen, time_limit=max(left, 0.0), workers=workers, seed=seed, progress=progress)
+    result = polished if polished.objective < plain.objective else plain
+    return _bound_over_recompute(request, result, t0 + time_limit)
+
+
+def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:
+    """`result` with the bound over every split and every recompute choice (on least_memory's layers)."""
+    layers = least_memory(request.profile.layers or ())
+    relaxed = replace(request, profile=replace(request.profile, layers=layers))
+    bound, how = any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), result.objective, deadline)
+    lower = min(result.objective, bound)
+    status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+    partition = result.details.partition
+    assert partition is not None
+    facts = replace(partition, rule="auto", any_split_bound=bound, any_split_bound_by_placement=how)
+    return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
+
+
+def _counts(result: SolveResult, placement: Placement) -> tuple[int, ...]:
+    """Layers per route position of a partition search's result."""
+    chunks = result.problem.profile.partition
+    assert chunks is not None
+    return tuple(len(chunks[c]) for c in placement.routes[0])
