@@ -40,7 +40,10 @@ COLUMNS = ("model", "p", "m", "cap_gib", "column", "schedule", "placement", "lay
 
 def study_profile(model: str, p: int) -> Any:
     """The estimated H100 profile of a preset at p stages, m = 4p microbatches of one sequence."""
-    return profile_estimate(model, "h100", StageSplit(stages=p), PipelineSetup(microbatches=4 * p))
+    # The study's results were made under the Zero Bubble paper's memory accounting, estimates' default
+    # until issue 28 (now torch-runtime); kept so that a rerun compares like with like.
+    return profile_estimate(model, "h100", StageSplit(stages=p), PipelineSetup(microbatches=4 * p),
+                            memory_model="paper")
 
 
 def run_row(model: str, p: int, cap: str, time_limit: float) -> list[Plan]:

@@ -56,14 +56,11 @@ def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model:
             prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
     if recompute is None or recompute.strip() == "none":
         return prof
-    if recompute.strip() == "auto" and prof.layers is not None and prof.memory_model == "torch-runtime":
+    if recompute.strip() == "auto" and prof.layers is not None:
         return prof  # the search chooses (search/partition/recompute.py)
     if prof.layers is None:
         raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
                             f"{prof.label} lists no layers: profile the model with zbsearch profile")
-    if prof.memory_model != "torch-runtime":
-        raise ZbsearchError(f"--recompute {recompute}: recompute's memory is modelled under torch's runtime accounting "
-                            f"and profile {prof.label} plans with the paper's: add --memory-model torch-runtime")
     with naming_subjects({"--recompute": "recompute"}):
         return with_recompute(prof, parse_recompute(recompute, prof.layers))
 

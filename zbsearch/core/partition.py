@@ -92,6 +92,9 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
     fused = any(layer.full_backward is not None for layer in group)
     mem_B = math.fsum(layer.mem_B for layer in group)
     mem_W = math.fsum(layer.mem_W for layer in group)
+    # Only a recomputed layer holds more from B until W than from F (core/recompute_choice.py); otherwise
+    # the sums keep the profile format's mem_W <= mem_B.
+    recomputed = any("recomputed" in layer.details for layer in group)
     torch_b = torch_w = kept = None
     if group and all(layer.mem_W_torch is not None for layer in group):  # measured on torch's runtime
         torch_b, torch_w = torch_chunk_memory(
@@ -100,7 +103,8 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
         torch_b, kept = max(torch_b, MIN_MEM), kept_after_w(group, first, loss)
     return StageCost(
         F=math.fsum(layer.F for layer in group), B=math.fsum(layer.B for layer in group),
-        W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM), mem_W=min(mem_W, max(mem_B, MIN_MEM)),
+        W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM),
+        mem_W=mem_W if recomputed else min(mem_W, max(mem_B, MIN_MEM)),
         full_backward=math.fsum(layer.BW for layer in group) if fused else None,
         # A chunk gathers one layer at a time while it computes (FSDP): its largest buffer on top.
         static_bytes=math.fsum(layer.static_bytes for layer in group) + max((layer.gather_bytes for layer in group),

@@ -27,9 +27,11 @@ def recomputed(layer: Any, level: str) -> Any:
     if option is None:
         return layer
     extra_b, extra_w = (option.time, 0.0) if option.pays == "I" else (0.0, option.time)
+    # Under the paper's accounting what W needs (mem_W) is held from I until W whatever F kept: with
+    # recompute that can be more than F holds, and B's end then adds the difference.
     return replace(layer, B=layer.B + extra_b, W=layer.W + extra_w,
                    full_backward=None if layer.full_backward is None else layer.full_backward + option.time,
-                   mem_B=option.mem_B, mem_W=min(layer.mem_W, option.mem_B), mem_B_torch=option.mem_B,
+                   mem_B=option.mem_B, mem_W=layer.mem_W, mem_B_torch=option.mem_B,
                    mem_W_torch=option.mem_W, recompute=(),
                    details={**layer.details, "recomputed": {"level": level, "time": option.time,
                                                             "saved_from_f": held_from_f(layer) - option.mem_B}})
