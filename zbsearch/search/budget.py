@@ -54,11 +54,11 @@ class Budget:
     # the bound over every split at the end (`python bench/partition_study.py`).
     split_search_share: float = 0.45
     split_bound_share: float = 0.15
-    # --recompute auto (search/partition/recompute.py): the joint search without recompute, then the walks
-    # over recompute levels; the polish and the bound over every choice share what is left. Set by hand,
-    # not yet measured by a bench (issue 28's study will).
-    recompute_plain_share: float = 0.35
-    recompute_walk_share: float = 0.30
+    # --recompute auto (search/partition/recompute.py): the joint searches without recompute and with every
+    # layer recomputed (each this share), then the walks over recompute levels; the polish and the bound
+    # over every choice share what is left. Set by hand, not yet measured by a bench (issue 28's study will).
+    recompute_plain_share: float = 0.25
+    recompute_walk_share: float = 0.25
     # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve before it gives up (no
     # bound): well under a second per rank in CPython. Tight limits keep the count small (few forwards in
     # flight); a rank with room for many, where the analytic start and end idle are already close, may run out.

@@ -14,9 +14,10 @@ step with the heuristics on the same split and placement:
 3. the best step that lowers the objective is taken, and the split is then improved for the new
    levels with the joint search's one-layer moves; the walk stops when no step helps.
 
-It walks twice, from no recompute up and from uniform full recompute down (the Megatron and torchtitan
-habit), and the better end is polished by the solver on its split. The plan without recompute is kept
-when nothing beats it, so `auto` is never slower than it. The bound over every split holds for every
+It walks twice: from the best plan without recompute up, and from the best plan of the joint search
+with every layer recomputed (the Megatron and torchtitan habit, on the split that suits it) down; the
+better end is polished by the solver on its split. Both starting plans are kept when nothing beats
+them, so `auto` is never slower than either. The bound over every split holds for every
 recompute choice: it is taken on the layers at their least time (no recompute) with their least memory
 (the option holding least from F until I, and from I until W), which no choice beats in either.
 """
@@ -162,25 +163,28 @@ def _resplit(request: SplitRequest, current: Levels, deadline: float) -> Levels:
 def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
                           progress: Callable[[Progress], None] | None = None) -> SolveResult:
     """The best plan over splits, placements and recompute levels found within `time_limit` (see the
-    module); never worse than the plan without recompute. Its bound holds over every recompute choice."""
+    module); never worse than the joint search's plans without recompute and with every layer recomputed
+    that it runs on the way. Its bound holds over every recompute choice."""
     t0 = time.monotonic()
-    plain = search_splits(request, time_limit=BUDGET.recompute_plain_share * time_limit, workers=workers, seed=seed,
-                          progress=progress)
-    placement = parse_placement(plain.problem.placement.name, request.num_ranks)
-    counts = _counts(plain, placement)
-    walk_end = t0 + (BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
-    up = walk(request, _evaluate(request, {}, placement, counts), time.monotonic() + (walk_end - time.monotonic()) / 2)
+    share = BUDGET.recompute_plain_share * time_limit
+    plain = search_splits(request, time_limit=share, workers=workers, seed=seed, progress=progress)
     everything = _more(request.profile.layers or (), {}, len(request.profile.layers or ()))
-    down = walk(request, _evaluate(request, everything, placement, counts), walk_end)
-    best = min((up, down), key=lambda x: x.objective)
-    if not (best.levels and best.objective < plain.objective):
-        best = Levels({}, placement, counts)  # nothing beats the plan without recompute: polish that one further
-    chosen = replace(request, profile=with_recompute(request.profile, best.levels, restage=False), placements=(placement.name,),
-                     rule="fixed:" + ",".join(map(str, best.counts)))
-    left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
-    polished = search_splits(chosen, time_limit=max(left, 0.0), workers=workers, seed=seed, progress=progress)
-    result = polished if polished.objective < plain.objective else plain
-    return _bound_over_recompute(request, result, t0 + time_limit)
+    uniform = replace(request, profile=with_recompute(request.profile, everything, restage=False))
+    full = search_splits(uniform, time_limit=share, workers=workers, seed=seed, progress=progress)
+    walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
+    ends = []
+    for levels, start in (({}, plain), (everything, full)):
+        placement = parse_placement(start.problem.placement.name, request.num_ranks)
+        first = _evaluate(request, levels, placement, _counts(start, placement))
+        ends.append(walk(request, first, time.monotonic() + (walk_end - time.monotonic()) / (2 - len(ends))))
+    best = min(ends, key=lambda x: x.objective)
+    results = [plain, full]
+    if best.objective < min(r.objective for r in results):
+        chosen = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
+                         placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
+        left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
+        results.append(search_splits(chosen, time_limit=max(left, 0.0), workers=workers, seed=seed, progress=progress))
+    return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
 
 
 def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:
