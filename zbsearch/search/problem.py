@@ -3,7 +3,8 @@
 It fixes the placement, the microbatch count, the memory limit and the objective, and lists every
 pass (chunk, kind, microbatch) with its rank, duration, data inputs and memory effect. The solver always
 splits the backward into B and W: a fused backward is B immediately followed by W on the same rank,
-so splitting never loses a schedule (it can only find more).
+so splitting never loses a schedule (it can only find more), except where B raises memory (mem_W >
+mem_B): there the CP-SAT model may mark a B and its W fused (exact/cpsat.fusable_chunks).
 """
 
 from __future__ import annotations

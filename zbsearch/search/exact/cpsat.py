@@ -10,7 +10,9 @@ durations by the simulator, which always yields an executable schedule.
 
 Constraint families, each in its own helper: intervals, data dependencies, one pass at a time per
 rank, symmetry breaking, activation memory (a reservoir per rank), analytic bounds, each rank's first
-start (pinned at its head on one route, at its input's arrival on two), objective.
+start (pinned at its head on one route, at its input's arrival on two), objective. Where a split B
+raises what a microbatch holds (mem_W > mem_B, torch's runtime), a backward may run fused (B and W as
+one pass that frees mem_B at its end; fusable_chunks), which fits limits no split order fits.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Callable, Sequence
 from ortools.sat.python import cp_model
 
 from ..bounds.analytic import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
+from ..bounds.relaxations import fusion_relaxation
 from ...core.ir import Action, Kind, Schedule, build
 from ...core.stage_cost import StageCost
 from ..problem import Pass, Problem
@@ -69,6 +72,7 @@ class Variables:
     rank_last: list[cp_model.IntVar] = field(default_factory=list)
     held: list[tuple[cp_model.IntVar, Action, Action]] = field(default_factory=list)  # length, from, until
     held_after: list[tuple[cp_model.IntVar, Action, Action]] = field(default_factory=list)  # from B's end to W's
+    fused: dict[Action, cp_model.IntVar] = field(default_factory=dict)  # per B that may fuse with its W: whether it does
     horizon: int = 0
 
 
@@ -118,13 +122,34 @@ def add_symmetry_breaking(model: cp_model.CpModel, grid: Problem, v: Variables) 
     earliest one (plus the hop); the same holds for B up the route and for W after B. Memory depends
     only on how many passes of each kind have run, not on their labels, so it is unchanged.
     DualPipe's two routes are two separate families of microbatches, ordered within each route.
+    Not the Ws of a chunk whose backward may fuse (fusable_chunks): there a W keeps the label of its own
+    B (relabel the Bs as above, and each W as its B), so that a fused B and W share one microbatch;
+    split, memory depends on counts only and is unchanged, fused, the pair is the same pair.
     """
     m, pl = grid.num_microbatches, grid.placement
+    fusable = fusable_chunks(grid)
     for ps in grid.passes:
         a = ps.action
+        if a.kind is Kind.W and a.chunk in fusable:
+            continue
         nxt = a.microbatch + 1
         if nxt < m and pl.route_index(nxt, m) == pl.route_index(a.microbatch, m):
             model.add(v.start[Action(a.chunk, a.kind, nxt)] >= v.end[a])
+
+
+def fusable_chunks(grid: Problem) -> frozenset[int]:
+    """The chunks whose backward the model may fuse: those whose B raises what a microbatch holds
+    (mem_W > mem_B, torch's split backward). There a fused backward (B then W at once, freeing mem_B at
+    its end: sim.rank_state.memory_delta) holds less than B and W apart, and a limit that no split
+    order fits may still be met. Elsewhere fusing never holds less, so the split model loses nothing."""
+    return frozenset(c for c, cost in enumerate(grid.chunk_costs) if cost.mem_W > cost.mem_B)
+
+
+def bound_passes_of(grid: Problem) -> Sequence[Pass]:
+    """The passes the model's analytic bounds read: the grid's own, relaxed for fused backwards
+    (relaxations.fusion_relaxation) where the model may fuse them, so that the bounds also hold for
+    its fused schedules."""
+    return fusion_relaxation(grid) if fusable_chunks(grid) else grid.passes
 
 
 def memory_scale(grid: Problem) -> float:
@@ -150,6 +175,8 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
     # lets CP-SAT's energy reasoning on the cumulative see what bounds/analytic.py's memory-time bound sees.
     hold = hold_times(grid, grid.passes)
     dur = durations(grid)
+    fusable = fusable_chunks(grid)
+    consumers = _consumers(grid) if fusable else {}
     for r in range(grid.num_ranks):
         cap = grid.limit.per_rank[r]
         if math.isinf(cap):
@@ -175,11 +202,41 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
                 if start == a:
                     v.held.append((size, a, until))
                     intervals.append(model.new_interval_var(v.start[a], size, v.end[until], f"mem_{_name(a)}_{block}"))
+                elif a.chunk in fusable:  # from the end of B, unless B and W run as one fused backward
+                    fused = _fused_var(model, v, start, until, consumers)
+                    v.held_after.append((size, start, until))
+                    intervals.append(model.new_optional_interval_var(v.end[start], size, v.end[until], ~fused,
+                                                                     f"mem_{_name(a)}_{block}"))
                 else:  # from the end of B
                     v.held_after.append((size, start, until))
                     intervals.append(model.new_interval_var(v.end[start], size, v.end[until], f"mem_{_name(a)}_{block}"))
                 demands.append(demand)
         model.add_cumulative(intervals, demands, scaled_limit(cap, scale) - headroom)
+
+
+def _fused_var(model: cp_model.CpModel, v: Variables, b: Action, w: Action,
+               consumers: dict[Action, list[tuple[Action, float]]]) -> cp_model.IntVar:
+    """Whether B `b` and its W `w` run as one fused backward: W then starts as B ends, and what waits on
+    B's gradient (the B of the chunk before on the route) waits for the fused pass's end, W's, as the
+    simulator has it. At B + W, the fused pass's time where it costs no less (relaxations.fusion_saves_time;
+    where it costs more, the model stays a relaxation)."""
+    if b in v.fused:
+        return v.fused[b]
+    fused = v.fused[b] = model.new_bool_var(f"fused_{_name(b)}")
+    model.add(v.start[w] == v.end[b]).only_enforce_if(fused)
+    for consumer, hop in consumers.get(b, ()):
+        if consumer != w:
+            model.add(v.start[consumer] >= v.end[w] + int(hop)).only_enforce_if(fused)
+    return fused
+
+
+def _consumers(grid: Problem) -> dict[Action, list[tuple[Action, float]]]:
+    """Per pass, the passes that read its output and the hop to each."""
+    out: dict[Action, list[tuple[Action, float]]] = {}
+    for ps in grid.passes:
+        for src, hop in ps.inputs:
+            out.setdefault(src, []).append((ps.action, hop))
+    return out
 
 
 def scaled_limit(cap: float, scale: float) -> int:
@@ -217,12 +274,14 @@ def add_rank_windows(
     does; with it, for any fixed order, the best span the model can find is the ASAP run's.
     """
     m, pl = grid.num_microbatches, grid.placement
+    fusable = fusable_chunks(grid)
     for r in range(grid.num_ranks):
         mine = [ps.action for ps in grid.passes if ps.rank == r]
         # With passes in microbatch order per chunk, a rank starts with the F of a route's first
-        # microbatch and ends with the W of a route's last one.
+        # microbatch and ends with the W of a route's last one (any W of a chunk whose Ws are not
+        # ordered: add_symmetry_breaking).
         firsts = [v.start[a] for a in mine if a.kind is Kind.F and (a.microbatch == 0 or pl.route_index(a.microbatch - 1, m) != pl.route_index(a.microbatch, m))]
-        lasts = [v.end[a] for a in mine if a.kind is Kind.W and (a.microbatch == m - 1 or pl.route_index(a.microbatch + 1, m) != pl.route_index(a.microbatch, m))]
+        lasts = [v.end[a] for a in mine if a.kind is Kind.W and (a.chunk in fusable or a.microbatch == m - 1 or pl.route_index(a.microbatch + 1, m) != pl.route_index(a.microbatch, m))]
         first = model.new_int_var(0, horizon, f"first_start_rank{r}")
         last = model.new_int_var(0, horizon, f"last_end_rank{r}")
         model.add_min_equality(first, firsts)
@@ -269,12 +328,16 @@ def add_objective(model: cp_model.CpModel, grid: Problem, v: Variables, horizon:
     model.minimize(obj)
 
 
-def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[Action, int]) -> None:
+def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[Action, int],
+             fused: frozenset[Action] = frozenset()) -> None:
     """Hint every variable, not only the starts: CP-SAT takes a complete hint as a first solution
-    at once, while a partial one must be repaired by search and often is not, on large models."""
+    at once, while a partial one must be repaired by search and often is not, on large models.
+    `fused`: the Bs whose backward the hinted schedule runs fused."""
     dur = durations(grid)
     for a, s in starts.items():
         model.add_hint(v.start[a], s)
+    for b, var in v.fused.items():
+        model.add_hint(var, b in fused)
     for size, src, until in v.held:
         model.add_hint(size, starts[until] + dur[until] - starts[src])
     for size, src, until in v.held_after:
@@ -300,6 +363,7 @@ class ModelResult:
     starts: dict[Action, int]
     wall: float
     build: float = 0.0  # seconds spent building the model before the search started
+    fused: frozenset[Action] = frozenset()  # the Bs whose backward the solution runs fused
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -322,7 +386,7 @@ def build_model(
     add_one_pass_at_a_time(model, grid, v)
     add_symmetry_breaking(model, grid, v)
     add_memory(model, grid, v, headroom)
-    bounds = rank_bounds(grid, grid.passes)
+    bounds = rank_bounds(grid, bound_passes_of(grid))
     add_rank_windows(model, grid, v, horizon, bounds, first_start_cap)
     if arrival_slack is not None:
         add_first_start_at_arrival(model, grid, v, arrival_slack)
@@ -334,12 +398,14 @@ def solve_grid(
     grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
     seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
     first_start_cap: list[int] | None = None, arrival_slack: int | None = None,
+    hint_fused: frozenset[Action] = frozenset(),
 ) -> ModelResult:
-    """Build and solve the grid model; return the best starts found and the proven bound."""
+    """Build and solve the grid model; return the best starts found (and which backwards they fuse)
+    and the proven bound. `hint_fused`: the Bs whose backward the hint runs fused."""
     t0 = time.monotonic()
     model, v = build_model(grid, horizon, headroom, first_start_cap, arrival_slack)
     if hint:
-        add_hint(model, grid, v, hint)
+        add_hint(model, grid, v, hint, hint_fused)
     built = time.monotonic() - t0
     solver = cp_model.CpSolver()
     params = solver.parameters
@@ -358,15 +424,22 @@ def solve_grid(
     starts = {a: int(solver.value(s)) for a, s in v.start.items()} if name in (Status.OPTIMAL, Status.FEASIBLE) else {}
     objective = int(solver.objective_value) if starts else None
     bound = int(solver.best_objective_bound) if name is not Status.INFEASIBLE else 0
-    return ModelResult(name, objective, bound, starts, time.monotonic() - t0, built)
+    fused = frozenset(b for b, var in v.fused.items() if solver.boolean_value(var)) if starts else frozenset()
+    return ModelResult(name, objective, bound, starts, time.monotonic() - t0, built, fused)
 
 
-def orders_from_starts(grid: Problem, starts: dict[Action, int], name: str) -> Schedule:
-    """Per-rank orders from solved start times; ties (zero-length passes) keep inputs first."""
+def orders_from_starts(grid: Problem, starts: dict[Action, int], name: str,
+                       fused: frozenset[Action] = frozenset()) -> Schedule:
+    """Per-rank orders from solved start times; ties (zero-length passes) keep inputs first. A B in
+    `fused` and its W are written as one full backward, at the B's place."""
     dur = durations(grid)
     kind_rank = {Kind.F: 0, Kind.B: 1, Kind.W: 2}
     ranks: list[list[Action]] = [[] for _ in range(grid.num_ranks)]
     key = lambda ps: (starts[ps.action], starts[ps.action] + dur[ps.action], kind_rank[ps.action.kind], ps.action.microbatch)
     for ps in sorted(grid.passes, key=key):
-        ranks[ps.rank].append(ps.action)
+        a = ps.action
+        if a in fused:
+            ranks[ps.rank].append(Action(a.chunk, Kind.FULL_B, a.microbatch))
+        elif not (a.kind is Kind.W and Action(a.chunk, Kind.B, a.microbatch) in fused):
+            ranks[ps.rank].append(a)
     return build(name, grid.placement, grid.num_microbatches, ranks)

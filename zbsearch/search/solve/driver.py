@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ...core.errors import InfeasibleError
 from ...core.objective import Status
 from ..bounds.analytic import RankBound, objective_bound, rank_bounds
-from ..bounds.relaxations import bound_passes, fusion_saves
+from ..bounds.relaxations import bound_passes, fusion_saves, fusion_saves_time
 from ..budget import BUDGET, Budget
 from ..exact import lns
 from ..problem import Problem
@@ -39,16 +39,21 @@ def _bounds(problem: Problem, time_limit: float, budget: Budget) -> _Bounds:
     """Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
     fused backward costs less than B and W apart (an action overhead, a measured full backward), a fused
     one beats the split pair. The proven bound is then the passes' at their shortest
-    (relaxations.bound_passes), and CP-SAT's (its model has neither pairs nor fused backwards) is unused."""
+    (relaxations.bound_passes), and CP-SAT's (its model has no pairs and fuses a backward only at the
+    time of B and W apart) is unused. Where a fused backward only holds less, the analytic bound reads the
+    relaxed passes too, and CP-SAT's holds (its model may fuse those backwards)."""
     real = rank_bounds(problem, problem.passes, deadline=time.monotonic() + budget.nest_share * time_limit)
     pairs, fusing = problem.profile.gives_overlap, fusion_saves(problem.chunk_costs)
     distrust = None
     if pairs:
         distrust = "not used: the profile gives an F&B overlap time and the CP-SAT model has no pairs"
-    elif fusing:
+    elif fusion_saves_time(problem.chunk_costs):
         distrust = ("not used: a fused backward costs less than B and W apart here and the CP-SAT model "
                     "splits every backward")
-    relaxed = real if distrust is None else rank_bounds(
+    # A fused backward that only holds less (mem_W > mem_B, or the loss chunk's mem_kept) is in CP-SAT's
+    # model (cpsat.fusable_chunks; its grid drops mem_kept, which only lightens it), so its bound holds;
+    # the analytic one must still read the relaxed passes, which hold for fused schedules too.
+    relaxed = real if not (pairs or fusing) else rank_bounds(
         problem, bound_passes(problem), deadline=time.monotonic() + budget.nest_share * time_limit)
     return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
 

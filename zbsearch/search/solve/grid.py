@@ -10,13 +10,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ...core.ir import Kind, Schedule
+from ...core.ir import Action, Kind, Schedule, build
 from ...core.objective import Objective, Status
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..bounds.analytic import RankBound
 from ..budget import Budget
-from ..exact.cpsat import choose_step, orders_from_starts, solve_grid
+from ..exact.cpsat import choose_step, fusable_chunks, orders_from_starts, solve_grid
 from ..problem import Problem, on_grid
 from .incumbent import with_backwards_split
 from .report import GridRound, Progress
@@ -114,7 +114,7 @@ def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
     problem = search.problem
     grid = on_grid(problem, step)
     split = with_backwards_split(best.schedule)
-    hint = {slot.action: int(round(slot.start)) for slot in simulate(split, grid.profile).iter_slots()}
+    hint, hint_fused = _hint(best.schedule, grid)
     best_tl = best.timeline
     if any(a.kind is Kind.OVERLAP for rank in best.schedule.ranks for a in rank):
         best_tl = simulate(split, problem.profile)   # the horizon must hold the hint, whose pairs are apart
@@ -132,19 +132,52 @@ def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
 
     result = solve_grid(grid, hint=hint, horizon=horizon(problem, search.real_bounds, best_tl, step),
                         time_limit=search.left(), workers=search.workers, seed=int(search.seed),
-                        progress=on_solution, first_start_cap=caps, arrival_slack=slack)
+                        progress=on_solution, first_start_cap=caps, arrival_slack=slack, hint_fused=hint_fused)
     if result.status is Status.INFEASIBLE:
         # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
-        # rounding cut it off: say so rather than hide it.
+        # rounding cut it off (or a full backward the model cannot fuse, one that does not hold
+        # less than its B and W apart): say so rather than hide it.
         return _Outcome(Status.INFEASIBLE, 0.0, None, None, result.wall, "grid model infeasible", result.build)
     bound = real_bound(problem, result.bound, step)
     if not result.starts:
         return _Outcome(result.status, bound, None, None, result.wall, build=result.build)
-    candidate = orders_from_starts(grid, result.starts, "zbsearch")
+    candidate = orders_from_starts(grid, result.starts, "zbsearch", result.fused)
     report = check(candidate, problem.profile, problem.limit)
     if not report.ok:
         return _Outcome(result.status, bound, None, None, result.wall, report.problems[0], result.build)
     return _Outcome(result.status, bound, candidate, report.timeline, result.wall, build=result.build)
+
+
+def _hint(schedule: Schedule, grid: Problem) -> tuple[dict[Action, int], frozenset[Action]]:
+    """The incumbent's start times on the grid, each overlapped pair and full backward split into its
+    passes, but a full backward kept whole where the model may fuse it (cpsat.fusable_chunks: its split B
+    would raise memory): timed as one pass, its B starts with it and its W as its B ends. Also those
+    backwards' Bs (the model's fused ones)."""
+    fusable = fusable_chunks(grid)
+    ranks, fused = [], set()
+    for rank in schedule.ranks:
+        out: list[Action] = []
+        for action in rank:
+            for a in action.passes():
+                if a.kind is Kind.FULL_B and a.chunk in fusable:
+                    out.append(a)
+                    fused.add(Action(a.chunk, Kind.B, a.microbatch))
+                elif a.kind is Kind.FULL_B:
+                    out += [Action(a.chunk, Kind.B, a.microbatch), Action(a.chunk, Kind.W, a.microbatch)]
+                else:
+                    out.append(a)
+        ranks.append(out)
+    timed = build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
+    hint: dict[Action, int] = {}
+    for slot in simulate(timed, grid.profile).iter_slots():
+        a = slot.action
+        if a.kind is Kind.FULL_B:
+            b = Action(a.chunk, Kind.B, a.microbatch)
+            hint[b] = int(round(slot.start))
+            hint[Action(a.chunk, Kind.W, a.microbatch)] = hint[b] + int(grid.chunk_costs[a.chunk].B)
+        else:
+            hint[a] = int(round(slot.start))
+    return hint, frozenset(fused)
 
 
 def real_bound(problem: Problem, grid_bound: int, step: float) -> float:
