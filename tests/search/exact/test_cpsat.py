@@ -20,10 +20,10 @@ from zbsearch.core.memory import MemoryLimit
 from zbsearch.search.problem import Problem, make_problem, on_grid
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
-from zbsearch.search.exact import cpsat
 from zbsearch.search.exact.cpsat import (add_dependencies, add_hint, add_intervals, add_memory,
-    add_one_pass_at_a_time, add_symmetry_breaking, build_model, choose_step, memory_scale, orders_from_starts,
-    solve_grid)
+    add_one_pass_at_a_time, add_symmetry_breaking, build_model, choose_step, memory_scale)
+from zbsearch.search.exact import run_model
+from zbsearch.search.exact.run_model import orders_from_starts, solve_grid
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import validate
 
@@ -191,9 +191,9 @@ def test_probing_is_switched_off_only_for_large_models(monkeypatch: pytest.Monke
         return real_solve(self, model, callback)
 
     monkeypatch.setattr(cp_model.CpSolver, "solve", spy)
-    monkeypatch.setattr(cpsat, "PROBING_MAX_PASSES", 11)
+    monkeypatch.setattr(run_model, "PROBING_MAX_PASSES", 11)
     solve_grid(grid(None), hint=None, horizon=HORIZON, time_limit=5, workers=1, seed=0)   # 12 passes
-    monkeypatch.setattr(cpsat, "PROBING_MAX_PASSES", 12)
+    monkeypatch.setattr(run_model, "PROBING_MAX_PASSES", 12)
     solve_grid(grid(None), hint=None, horizon=HORIZON, time_limit=5, workers=1, seed=0)
     assert seen[0] == 0 and seen[1] != 0
 

@@ -16,7 +16,7 @@ from zbsearch.core.objective import Status
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
-from zbsearch.search.exact import cpsat
+from zbsearch.search.exact import cpsat, run_model
 from zbsearch.search.problem import make_problem, on_grid
 from zbsearch.search.solve.grid import exact_step
 from zbsearch.sim.validate import check
@@ -72,10 +72,10 @@ def test_a_fused_solution_is_written_as_full_backwards() -> None:
     problem = make_problem(prof, "1p", "makespan")  # 2 x mem_B
     grid = on_grid(problem, 1.0)
     assert cpsat.fusable_chunks(grid) == {0, 1}
-    result = cpsat.solve_grid(grid, hint=None, horizon=40, time_limit=10, workers=2, seed=0)
+    result = run_model.solve_grid(grid, hint=None, horizon=40, time_limit=10, workers=2, seed=0)
     assert result.status is Status.OPTIMAL
     assert len(result.fused) == 4  # every backward
-    schedule = cpsat.orders_from_starts(grid, result.starts, "t", result.fused)
+    schedule = run_model.orders_from_starts(grid, result.starts, "t", result.fused)
     assert {a.kind for rank in schedule.ranks for a in rank} == {Kind.F, Kind.FULL_B}
     report = check(schedule, problem.profile, problem.limit)
     assert report.ok and report.timeline.makespan == pytest.approx(result.objective)
@@ -122,14 +122,14 @@ def test_bounds_stay_below_the_optimum_cpsat_proves_without_them(monkeypatch, se
     horizon = int(sum(ps.duration for ps in grid.passes) + 10 * len(grid.passes))
     told = objective_bound(rank_bounds(grid, cpsat.bound_passes_of(grid)), problem.objective)
     reported = lower_bound(problem)
-    with_bounds = cpsat.solve_grid(grid, hint=None, horizon=horizon, time_limit=20, workers=2, seed=0)
+    with_bounds = run_model.solve_grid(grid, hint=None, horizon=horizon, time_limit=20, workers=2, seed=0)
     tell_cpsat_no_bounds(monkeypatch)
-    free = cpsat.solve_grid(grid, hint=None, horizon=horizon, time_limit=20, workers=2, seed=0)
+    free = run_model.solve_grid(grid, hint=None, horizon=horizon, time_limit=20, workers=2, seed=0)
     assert free.status is Status.OPTIMAL, "the instance is meant to be small enough for CP-SAT to prove"
     assert told <= free.objective + 1e-9
     assert reported <= free.objective * step + 1e-9
     assert with_bounds.status is Status.OPTIMAL and with_bounds.objective == free.objective
-    schedule = cpsat.orders_from_starts(grid, free.starts, "t", free.fused)
+    schedule = run_model.orders_from_starts(grid, free.starts, "t", free.fused)
     if not any(c.mem_kept for c in problem.chunk_costs):  # the grid drops what W keeps: only then exact
         report = check(schedule, problem.profile, problem.limit)
         assert report.ok

@@ -31,7 +31,8 @@ from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..problem import Pass, Problem, on_grid
 from .cpsat import (Variables, add_one_pass_at_a_time, choose_step, durations, memory_blocks, memory_scale,
-                    orders_from_starts, scaled_limit)
+                    scaled_limit)
+from .run_model import orders_from_starts
 
 # Passes a window frees, about; fewer on short time limits (see _window_size).
 WINDOW_PASSES = 600

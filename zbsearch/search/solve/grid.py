@@ -16,7 +16,8 @@ from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..bounds.analytic import RankBound
 from ..budget import Budget
-from ..exact.cpsat import choose_step, fusable_chunks, orders_from_starts, solve_grid
+from ..exact.cpsat import choose_step, fusable_chunks
+from ..exact.run_model import orders_from_starts, solve_grid
 from ..problem import Problem, on_grid
 from .incumbent import with_backwards_split
 from .report import GridRound, Progress
