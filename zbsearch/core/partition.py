@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from .calibration import kept_after_w, torch_chunk_memory
-from .errors import PartitionError
+from .errors import PartitionError, ProfileError
 from .ir import Placement
 from .layers import Layer
 from .profile import Profile
@@ -74,6 +74,25 @@ def _placement_hint(chunks: int, p: int) -> str:
     if chunks % p == 0:
         return f", or use placement interleaved:{chunks // p} ({chunks} chunks)"
     return ""
+
+
+def layers_by_stage(profile: Profile, layers: Sequence[Layer], why: str) -> list[list[Layer]]:
+    """`layers` (the profile's, changed) grouped as the profile's own stages, by the names its split
+    records (details.partition.layers_per_stage).
+
+    Raises
+    ------
+    ProfileError
+        The profile does not record its split, or names layers `layers` does not have; `why` says what
+        needs the stages summed again.
+    """
+    names = (profile.details.get("partition") or {}).get("layers_per_stage")
+    by_name = {layer.name: layer for layer in layers}
+    if not isinstance(names, list) or len(names) != profile.num_stages or \
+            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
+        raise ProfileError(f"profile {profile.label} does not record which layers each stage holds (field "
+                           f"details.partition.layers_per_stage): {why}; profile the model again")
+    return [[by_name[n] for n in stage] for stage in names]
 
 
 def groups(layers: Sequence[Layer], counts: Sequence[int]) -> list[tuple[Layer, ...]]:

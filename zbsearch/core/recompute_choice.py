@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from .errors import PartitionError, ProfileError
-from .partition import summed
+from .errors import ProfileError
+from .partition import layers_by_stage, summed
 from .profile import Profile
 from .recompute import LEVELS, RecomputeOption
 
@@ -109,13 +109,6 @@ def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = 
                            "list with that option: use the profile the plan was made on")
     if not restage:
         return replace(profile, layers=layers)
-    names = (profile.details.get("partition") or {}).get("layers_per_stage")
-    by_name = {layer.name: layer for layer in layers}
-    if not isinstance(names, list) or len(names) != profile.num_stages or \
-            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
-        raise PartitionError(f"profile {profile.label} does not record which layers each stage holds (field "
-                             "details.partition.layers_per_stage): recompute sums its stages from their layers; "
-                             "profile the model again")
-    last = len(names) - 1
-    stages = tuple(summed([by_name[n] for n in stage], k == last, k == 0) for k, stage in enumerate(names))
+    grouped = layers_by_stage(profile, layers, "recompute sums its stages from their layers")
+    stages = tuple(summed(group, k == len(grouped) - 1, k == 0) for k, group in enumerate(grouped))
     return replace(profile, layers=layers, stages=stages)

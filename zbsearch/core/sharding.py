@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .errors import ProfileError
+from .partition import layers_by_stage
 from .profile import Profile
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes of a weight (and an activation element) by dtype
@@ -156,16 +157,9 @@ def shard_profile(profile: Profile, sharding: Sharding) -> Profile:
 def _stages(profile: Profile, layers: tuple) -> tuple:
     """The profile's stages with static bytes summed from their (sharded) layers, plus their largest
     gather buffer."""
-    names = (profile.details.get("partition") or {}).get("layers_per_stage")
-    by_name = {layer.name: layer for layer in layers}
-    if not isinstance(names, list) or len(names) != profile.num_stages or \
-            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
-        raise ProfileError(f"profile {profile.label} does not record which layers each stage holds (field "
-                           "details.partition.layers_per_stage): sharding sums each stage's static bytes from its "
-                           "layers; profile the model again")
     out = []
-    for stage, stage_names in zip(profile.stages, names):
-        group = [by_name[n] for n in stage_names]
+    grouped = layers_by_stage(profile, layers, "sharding sums each stage's static bytes from its layers")
+    for stage, group in zip(profile.stages, grouped):
         total = math.fsum(layer.static_bytes for layer in group) + max(layer.gather_bytes for layer in group)
         out.append(replace(stage, static_bytes=total))
     return tuple(out)
