@@ -78,3 +78,4 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     assert auto.objective < plain.objective * 0.95
     assert auto.lower_bound <= auto.objective
     assert auto.schedule.meta["partition"]["recompute"]
+    assert auto.details.partition.rule == auto.details.partition.facts["rule"] == "auto"  # not the polish's fixed:

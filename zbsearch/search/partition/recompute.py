@@ -196,7 +196,9 @@ def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: 
     status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     partition = result.details.partition
     assert partition is not None
-    facts = replace(partition, rule="auto", any_split_bound=bound, any_split_bound_by_placement=how)
+    # The rule asked for (the polish names its split fixed:...), with the bound over every choice.
+    facts = replace(partition, rule=request.rule, facts={**partition.facts, "rule": request.rule},
+                    any_split_bound=bound, any_split_bound_by_placement=how)
     return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
 
 
