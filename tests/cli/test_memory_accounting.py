@@ -65,13 +65,13 @@ def test_a_torch_export_planned_with_the_papers_accounting_warns(paper_profile: 
     assert result.exit_code == 0 and result.stderr == ""
 
 
-def test_a_plan_with_recompute_is_costed_with_it_and_export_says_what_is_not_exported(tmp_path: Path) -> None:
+def test_a_plan_with_recompute_is_costed_with_it_and_exported_where_it_can_be(tmp_path: Path) -> None:
     estimate = ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "4", "--hidden", "256",
                 "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2", "-m", "4", "-o", str(tmp_path / "p.json")]
     assert runner.invoke(app, estimate).exit_code == 0
     plan = tmp_path / "plan.json"
     result = runner.invoke(app, ["solve", "--profile", str(tmp_path / "p.json"), "--mem-limit", "2p", "--time-limit", "2",
-                                 "--recompute", "fixed:layers.1", "-o", str(plan)])
+                                 "--recompute", "fixed:layers.1", "--placement", "linear", "-o", str(plan)])
     assert result.exit_code == 0, result.stderr
     assert json.loads(plan.read_text())["meta"]["partition"]["recompute"] == {"layers.1": "full"}
     solved = runner.invoke(app, ["validate", str(plan), "--profile", str(tmp_path / "p.json")], env={"COLUMNS": "300"})
@@ -85,6 +85,10 @@ def test_a_plan_with_recompute_is_costed_with_it_and_export_says_what_is_not_exp
     assert makespan > plain.makespan * (1 + 1e-6)
     result = runner.invoke(app, ["export", str(plan), "-f", "torchtitan", "--profile", str(tmp_path / "p.json"),
                                  "-o", str(tmp_path / "plan.csv")])
+    assert result.exit_code == 0 and result.stderr == ""  # torchtitan gets the blocks to recompute
+    assert "RECOMPUTE_FQNS_PER_MODEL_PART" in (tmp_path / "plan.py").read_text()
+    result = runner.invoke(app, ["export", str(plan), "-f", "megatron-layout", "--profile", str(tmp_path / "p.json"),
+                                 "-o", str(tmp_path / "plan.args")])
     assert result.exit_code == 0
-    assert "was planned recomputing 1 layer(s) (layers.1 ... layers.1, meta.partition.recompute); --format torchtitan " \
-           "does not recompute yet" in result.stderr
+    assert "was planned recomputing 1 layer(s) (layers.1 ... layers.1, meta.partition.recompute); --format " \
+           "megatron-layout does not recompute yet" in result.stderr

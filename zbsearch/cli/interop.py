@@ -91,7 +91,7 @@ def export_command(
                             "--uniform F,B,W")
     if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
         warn_paper_accounting(problem, f"--format {fmt}")
-    if fmt in ("torchtitan", "megatron-layout"):
+    if fmt == "megatron-layout":
         warn_recompute_not_applied(schedule, f"--format {fmt}")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")

@@ -5,6 +5,7 @@ exactly once, or the export refused; the installed version detected from its fil
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 import json
 import tomllib
@@ -145,3 +146,57 @@ def test_the_installed_torchtitan_is_told_by_its_files(tmp_path, monkeypatch, fi
                                                                                   "installed here")
     assert torchtitan.resolve_version(None) == expected
     assert torchtitan.resolve_version("0.2") == ("0.2", "as asked")
+
+
+@pytest.fixture(scope="module")
+def recompute_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Llama-style plan that recomputes layers.1 and layers.4 in full (p=2, linear)."""
+    folder = tmp_path_factory.mktemp("recompute")
+    result = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "6",
+                                 "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
+                                 "-m", "4", "-o", str(folder / "llama.json")])
+    assert result.exit_code == 0, result.stderr
+    result = runner.invoke(app, ["solve", "--profile", str(folder / "llama.json"), "--mem-limit", "2p",
+                                 "--placement", "linear", "--partition", "fixed:4,4", "--time-limit", "2",
+                                 "--recompute", "fixed:layers.1,layers.4", "-o", str(folder / "plan.json")])
+    assert result.exit_code == 0, result.stderr
+    return folder / "plan.json"
+
+
+def test_the_blocks_a_plan_recomputes_go_to_torchtitan_per_part(recompute_plan: Path) -> None:
+    torch = pytest.importorskip("torch")
+    _, config = exported(recompute_plan, "main")
+    spec = importlib.util.spec_from_file_location("plan_recompute", config)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.RECOMPUTE_FQNS_PER_MODEL_PART == [["layers.1"], ["layers.4"]]
+    # A stand-in model part (blocks as model_part.layers[<i>]): the helper wraps exactly the planned blocks,
+    # and the gradients stay the same.
+    torch.manual_seed(0)
+    part = torch.nn.Module()
+    part.layers = torch.nn.ModuleDict({str(i): torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+                                       for i in range(4)})
+    plain = copy.deepcopy(part)
+    module.apply_recompute(part)
+    wrapped = [key for key, block in part.layers.items() if type(block).__name__ == "CheckpointWrapper"]
+    assert wrapped == ["1"]
+    x = torch.randn(3, 8)
+    for model in (part, plain):
+        out = x
+        for block in model.layers.values():
+            out = block(out)
+        out.pow(2).sum().backward()
+    for (name, a), b in zip(part.named_parameters(), plain.parameters()):
+        assert torch.allclose(a.grad, b.grad), name
+    # 0.2: the lists as a comment (its TOML has no room for a helper), the table unchanged.
+    _, toml = exported(recompute_plan, "0.2")
+    text = toml.read_text()
+    assert '#   [["layers.1"], ["layers.4"]]' in text and "parallelism" in tomllib.loads(text)
+
+
+def test_selective_recompute_is_refused_for_torchtitan() -> None:
+    schedule = generate("1f1b", 2, 4)
+    parts = [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]
+    split = split_of_modules(parts)
+    with pytest.raises(PartitionError, match="recomputes 'layers.1' at selective .* torchtitan cannot wrap by module"):
+        torchtitan.torchtitan_config(schedule, split, "s.csv", "main", {"layers.1": "selective"})

@@ -270,7 +270,9 @@ def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profil
         raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its config beside it with the "
                             f"suffix {config.suffix}: name the CSV file with another suffix, e.g. schedule.csv")
     text = render(schedule, "torch-csv", profile)
-    return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version))]
+    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
+    return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version,
+                                                     levels))]
 
 
 def export_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,

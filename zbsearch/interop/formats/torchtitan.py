@@ -28,6 +28,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Mapping
 
 from ...core.errors import PartitionError, ZbsearchError
 from ...core.ir import Schedule
@@ -186,8 +187,63 @@ def torchtitan_python(schedule: Schedule, split: Split, csv_path: str) -> str:
                       "    return config", ""])
 
 
-def torchtitan_config(schedule: Schedule, split: Split, csv_path: str, version: str) -> str:
-    """The config file for `version` (TOML for 0.2, Python for main), its split checked first."""
+def recompute_parts(split: Split, levels: Mapping[str, str]) -> list[list[str]]:
+    """Per model part, the decoder blocks the plan recomputes in full (their module paths).
+
+    Raises
+    ------
+    PartitionError
+        A block recomputed at another level (selective: the attention core alone), which torchtitan
+        cannot wrap by module.
+    """
+    other = sorted(name for name, level in levels.items() if level != "full")
+    if other:
+        raise PartitionError(f"the plan recomputes {other[0]!r} at {levels[other[0]]} (the attention core alone), "
+                             "which torchtitan cannot wrap by module: plan full recompute for torchtitan")
+    return [[name for name in chunk if name in levels] for chunk in split.chunks]
+
+
+RECOMPUTE_HELPER = [
+    "",
+    "",
+    "def apply_recompute(model_part):",
+    '    """Wrap the decoder blocks this plan recomputes, in one model part (a torchtitan decoder whose blocks',
+    "    are model_part.layers[<i>]), in torch's activation checkpointing; returns the part. It replaces",
+    "    torchtitan's own activation checkpointing, which applies one config to every block of every part:",
+    "    set config.activation_checkpoint = None and call this on each model part where torchtitan's",
+    "    parallelize would apply its own (before FSDP wraps the blocks). torch's split backward may run the",
+    '    recompute again in W (pytorch#166536), up to twice the extra time the plan counts."""',
+    "    # torch is imported here, when torchtitan calls this, not when the config is read",
+    "    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper",
+    "",
+    "    chosen = {name for part in RECOMPUTE_FQNS_PER_MODEL_PART for name in part}",
+    "    for key in list(model_part.layers.keys()):",
+    '        if f"layers.{key}" in chosen:',
+    "            model_part.layers[key] = checkpoint_wrapper(model_part.layers[key], preserve_rng_state=False)",
+    "    return model_part",
+    "",
+]
+
+
+def _recompute_comment(parts: list[list[str]]) -> list[str]:
+    """The 0.2 TOML's note on the blocks the plan recomputes (TOML has no room for a helper)."""
+    return ["# The plan recomputes these blocks in full, per part (one list per stage):",
+            f"#   {json.dumps(parts)}",
+            "# torchtitan 0.2 applies one [activation_checkpoint] config to every part: set its mode to \"none\" and",
+            "# wrap just these with torch.distributed.algorithms._checkpoint.checkpoint_wrapper (docs/torch.md)."]
+
+
+def torchtitan_config(schedule: Schedule, split: Split, csv_path: str, version: str,
+                      levels: Mapping[str, str] | None = None) -> str:
+    """The config file for `version` (TOML for 0.2, Python for main), its split checked first; with the
+    plan's recompute `levels`, the blocks it recomputes per part (and, for main, `apply_recompute`)."""
     checked = Split(split.chunks, tuple(map(tuple, torchtitan_parts(split, version))), split.kinds)
-    render = torchtitan_python if version == "main" else torchtitan_toml
-    return render(schedule, checked, csv_path)
+    parts = recompute_parts(split, levels or {})
+    if version == "0.2":
+        text = torchtitan_toml(schedule, checked, csv_path)
+        return text if not levels else "\n".join(_recompute_comment(parts)) + "\n" + text
+    text = torchtitan_python(schedule, checked, csv_path)
+    if not levels:
+        return text
+    rows = "".join(f"    {row!r},\n" for row in parts)
+    return text + "\n" + f"RECOMPUTE_FQNS_PER_MODEL_PART = [\n{rows}]" + "\n".join(RECOMPUTE_HELPER)
