@@ -47,15 +47,20 @@ def llama_modules(blocks: int, version: str) -> list[str]:
     return ["tok_embeddings", *(f"layers.{i}" for i in range(blocks)), "norm", HEAD[version]]
 
 
-@pytest.fixture(scope="module")
-def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Llama-style plan: 6 blocks estimated on an H100, p=2, m=4, split and V-shape order solved together."""
-    folder = tmp_path_factory.mktemp("llama")
+def estimate_llama(folder: Path) -> str:
+    """A Llama-style profile of 6 blocks estimated on an H100 (p=2, m=4), written in `folder`."""
     result = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "6",
                                  "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
                                  "-m", "4", "-o", str(folder / "llama.json")])
     assert result.exit_code == 0, result.stderr
-    result = runner.invoke(app, ["solve", "--profile", str(folder / "llama.json"), "--mem-limit", "2p",
+    return str(folder / "llama.json")
+
+
+@pytest.fixture(scope="module")
+def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Llama-style plan: 6 blocks estimated on an H100, p=2, m=4, split and V-shape order solved together."""
+    folder = tmp_path_factory.mktemp("llama")
+    result = runner.invoke(app, ["solve", "--profile", estimate_llama(folder), "--mem-limit", "2p",
                                  "--placement", "v", "--partition", "auto", "--time-limit", "5",
                                  "-o", str(folder / "plan.json")])
     assert result.exit_code == 0, result.stderr
@@ -152,11 +157,7 @@ def test_the_installed_torchtitan_is_told_by_its_files(tmp_path, monkeypatch, fi
 def recompute_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Llama-style plan that recomputes layers.1 and layers.4 in full (p=2, linear)."""
     folder = tmp_path_factory.mktemp("recompute")
-    result = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "6",
-                                 "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
-                                 "-m", "4", "-o", str(folder / "llama.json")])
-    assert result.exit_code == 0, result.stderr
-    result = runner.invoke(app, ["solve", "--profile", str(folder / "llama.json"), "--mem-limit", "2p",
+    result = runner.invoke(app, ["solve", "--profile", estimate_llama(folder), "--mem-limit", "2p",
                                  "--placement", "linear", "--partition", "fixed:4,4", "--time-limit", "2",
                                  "--recompute", "fixed:layers.1,layers.4", "-o", str(folder / "plan.json")])
     assert result.exit_code == 0, result.stderr
