@@ -27,8 +27,7 @@ RecomputeOpt = Annotated[Optional[str], typer.Option(
     show_default=False,
     help="Activation recompute, from the profile's per-layer options: auto (the search chooses which layers each "
          "rank recomputes, with the split and the schedule), full or selective on every layer that lists it, or "
-         "fixed: the named layers (first..last ranges; =full, the default, or =selective). Needs the torch-runtime "
-         "memory accounting. Default: none.",
+         "fixed: the named layers (first..last ranges; =full, the default, or =selective). Default: none.",
 )]
 DpShardOpt = Annotated[Optional[int], typer.Option(
     "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,

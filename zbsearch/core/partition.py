@@ -104,6 +104,12 @@ def groups(layers: Sequence[Layer], counts: Sequence[int]) -> list[tuple[Layer, 
     return out
 
 
+def chunk_static(group: Sequence[Layer]) -> float:
+    """The static bytes of a chunk of these layers: theirs, plus the largest buffer one of them gathers
+    while it computes (FSDP gathers one layer at a time; core/sharding.py)."""
+    return math.fsum(layer.static_bytes for layer in group) + max((layer.gather_bytes for layer in group), default=0.0)
+
+
 def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> StageCost:
     """One chunk's cost: the sums over its layers; under torch's runtime, calibration.torch_chunk_memory
     and what it keeps until the iteration ends (calibration.kept_after_w: `loss` for the chunk that
@@ -125,9 +131,7 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
         W=math.fsum(layer.W for layer in group), mem_B=max(mem_B, MIN_MEM),
         mem_W=mem_W if recomputed else min(mem_W, max(mem_B, MIN_MEM)),
         full_backward=math.fsum(layer.BW for layer in group) if fused else None,
-        # A chunk gathers one layer at a time while it computes (FSDP): its largest buffer on top.
-        static_bytes=math.fsum(layer.static_bytes for layer in group) + max((layer.gather_bytes for layer in group),
-                                                                             default=0.0),
+        static_bytes=chunk_static(group),
         mem_B_torch=torch_b, mem_W_torch=torch_w, mem_kept_torch=kept,
     )
 

@@ -63,7 +63,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     """
     value = text.strip()
     if value in LEVELS:
-        return {} if value == "none" else {x.name: value for x in layers if any(o.level == value for o in x.recompute)}
+        return {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
     if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
         raise ProfileError(f"recompute {text!r} is not known: use none, auto, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
@@ -81,7 +81,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
                                    f"list: use its layer names ({names[0]} ... {names[-1]})")
         i, j = names.index(first.strip()), names.index(last.strip() or first.strip())
         for layer in layers[min(i, j):max(i, j) + 1]:
-            if not any(o.level == level for o in layer.recompute):
+            if option_of(layer, level) is None:
                 raise ProfileError(f"recompute fixed:{item.strip()} asks layer {layer.name!r} for {level}, which it "
                                    "does not list as an option: choose another level or leave the layer out")
             chosen[layer.name] = level

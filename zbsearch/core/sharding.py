@@ -21,11 +21,10 @@ Parameter Models", SC 2020 (its Figure 1: 2 + 2 + K, K = 12 for mixed-precision 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from .errors import ProfileError
-from .partition import layers_by_stage
+from .partition import chunk_static, layers_by_stage
 from .profile import Profile
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes of a weight (and an activation element) by dtype
@@ -157,9 +156,5 @@ def shard_profile(profile: Profile, sharding: Sharding) -> Profile:
 def _stages(profile: Profile, layers: tuple) -> tuple:
     """The profile's stages with static bytes summed from their (sharded) layers, plus their largest
     gather buffer."""
-    out = []
     grouped = layers_by_stage(profile, layers, "sharding sums each stage's static bytes from its layers")
-    for stage, group in zip(profile.stages, grouped):
-        total = math.fsum(layer.static_bytes for layer in group) + max(layer.gather_bytes for layer in group)
-        out.append(replace(stage, static_bytes=total))
-    return tuple(out)
+    return tuple(replace(stage, static_bytes=chunk_static(group)) for stage, group in zip(profile.stages, grouped))

@@ -237,12 +237,12 @@ def torchtitan_config(schedule: Schedule, split: Split, csv_path: str, version: 
                       levels: Mapping[str, str] | None = None) -> str:
     """The config file for `version` (TOML for 0.2, Python for main), its split checked first; with the
     plan's recompute `levels`, the blocks it recomputes per part (and, for main, `apply_recompute`)."""
-    checked = Split(split.chunks, tuple(map(tuple, torchtitan_parts(split, version))), split.kinds)
+    torchtitan_parts(split, version)  # refuses a split that does not name every module once
     parts = recompute_parts(split, levels or {})
     if version == "0.2":
-        text = torchtitan_toml(schedule, checked, csv_path)
+        text = torchtitan_toml(schedule, split, csv_path)
         return text if not levels else "\n".join(_recompute_comment(parts)) + "\n" + text
-    text = torchtitan_python(schedule, checked, csv_path)
+    text = torchtitan_python(schedule, split, csv_path)
     if not levels:
         return text
     rows = "".join(f"    {row!r},\n" for row in parts)

@@ -110,9 +110,9 @@ def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placemen
 def _more(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
     """`levels` with up to k more of these layers recomputed in full, the most bytes saved per unit of
     time first."""
-    free = [x for x in layers if x.name not in levels and option_of(x, "full") is not None]
-    free.sort(key=lambda x: -(held_from_f(x) - option_of(x, "full").mem_B) / max(option_of(x, "full").time, 1e-12))
-    return {**levels, **{x.name: "full" for x in free[:k]}}
+    free = [(x, full) for x in layers if x.name not in levels for full in [option_of(x, "full")] if full is not None]
+    free.sort(key=lambda pair: -(held_from_f(pair[0]) - pair[1].mem_B) / max(pair[1].time, 1e-12))
+    return {**levels, **{x.name: "full" for x, _ in free[:k]}}
 
 
 def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
