@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ...core.ir import Action, Kind, Schedule, build
+from ...core.ir import Action, Kind, Schedule
 from ...core.objective import Objective, Status
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
@@ -114,11 +114,11 @@ def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
     full backwards split into passes); its orders re-timed and validated with the exact times."""
     problem = search.problem
     grid = on_grid(problem, step)
-    split = with_backwards_split(best.schedule)
     hint, hint_fused = _hint(best.schedule, grid)
     best_tl = best.timeline
     if any(a.kind is Kind.OVERLAP for rank in best.schedule.ranks for a in rank):
-        best_tl = simulate(split, problem.profile)   # the horizon must hold the hint, whose pairs are apart
+        # the horizon must hold the hint, whose pairs are apart
+        best_tl = simulate(with_backwards_split(best.schedule), problem.profile)
     # Each rank's first pass is pinned no later than its head (cpsat.add_rank_windows). That holds with
     # one route only: with DualPipe's two, it starts when its input arrives (add_first_start_at_arrival).
     single = len(problem.placement.routes) == 1
@@ -154,26 +154,14 @@ def _hint(schedule: Schedule, grid: Problem) -> tuple[dict[Action, int], frozens
     passes, but a full backward kept whole where the model may fuse it (cpsat.fusable_chunks: its split B
     would raise memory): timed as one pass, its B starts with it and its W as its B ends. Also those
     backwards' Bs (the model's fused ones)."""
-    fusable = fusable_chunks(grid)
-    ranks, fused = [], set()
-    for rank in schedule.ranks:
-        out: list[Action] = []
-        for action in rank:
-            for a in action.passes():
-                if a.kind is Kind.FULL_B and a.chunk in fusable:
-                    out.append(a)
-                    fused.add(Action(a.chunk, Kind.B, a.microbatch))
-                elif a.kind is Kind.FULL_B:
-                    out += [Action(a.chunk, Kind.B, a.microbatch), Action(a.chunk, Kind.W, a.microbatch)]
-                else:
-                    out.append(a)
-        ranks.append(out)
-    timed = build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
+    timed = with_backwards_split(schedule, keep_whole=fusable_chunks(grid))
     hint: dict[Action, int] = {}
+    fused = set()
     for slot in simulate(timed, grid.profile).iter_slots():
         a = slot.action
         if a.kind is Kind.FULL_B:
             b = Action(a.chunk, Kind.B, a.microbatch)
+            fused.add(b)
             hint[b] = int(round(slot.start))
             hint[Action(a.chunk, Kind.W, a.microbatch)] = hint[b] + int(grid.chunk_costs[a.chunk].B)
         else:

@@ -9,15 +9,16 @@ from ..problem import Problem
 from .starts import Start
 
 
-def with_backwards_split(schedule: Schedule) -> Schedule:
+def with_backwards_split(schedule: Schedule, keep_whole: frozenset[int] = frozenset()) -> Schedule:
     """The same orders with every full backward written as B then W and every overlapped pair as its
-    two passes: the form the solver's model uses."""
+    two passes: the form the solver's model uses. Full backwards of the chunks in `keep_whole` stay as
+    they are (where the model may fuse them: exact/cpsat.fusable_chunks)."""
     ranks = []
     for rank in schedule.ranks:
         out: list[Action] = []
         for action in rank:
             for a in action.passes():
-                if a.kind is Kind.FULL_B:
+                if a.kind is Kind.FULL_B and a.chunk not in keep_whole:
                     out += [Action(a.chunk, Kind.B, a.microbatch), Action(a.chunk, Kind.W, a.microbatch)]
                 else:
                     out.append(a)
