@@ -96,13 +96,13 @@ def export_command(
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
     with naming_subjects({"--torchtitan": "torchtitan version"}):
-        paths = export_files(schedule, fmt, output, problem, torchtitan)
+        version, why = resolve_version(torchtitan) if fmt == "torchtitan" else (None, "")  # once: it reads the disk
+        paths = export_files(schedule, fmt, output, problem, version)
     out = stdout_console()
     out.print(f"wrote {paths[0]} ({'torch-csv' if fmt == 'torchtitan' else fmt}: {schedule.num_ranks} ranks, "
               f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
               f"{schedule.count()} actions)", soft_wrap=True, markup=False)
     if fmt == "torchtitan":
-        version, why = resolve_version(torchtitan)
         what = "Python config, apply_pipeline(config)" if version == "main" else "[parallelism] TOML table"
         out.print(f"wrote {paths[1]} (torchtitan {CHECKED[version]}, {why}: {what} with module_fqns_per_model_part "
                   f"for {schedule.placement.num_chunks} stages, the CSV's path, degree, stage layout and microbatches)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
@@ -322,12 +321,10 @@ def profile(
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
                                      interleave=interleave)
             result = _measure(model, split, setup, request, shape=shape, attention=attention, seed=seed, name=name,
-                              memory_model=memory_model or "torch-runtime", calibrate=calibrate)
+                              calibrate=calibrate)
         if result is None:  # a torchrun rank other than 0: it timed the link, rank 0 measures and writes
             return
-        if estimate and memory_model is not None:
-            result = replace(result, memory_model=memory_model)
-        result = as_planned(result, dp_shard, sharding)
+        result = as_planned(result, dp_shard, sharding, memory_model)  # --memory-model over the torch-runtime default
         if calibrate:
             result = calibrated(result)
     if output is not None:
