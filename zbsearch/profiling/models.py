@@ -47,18 +47,26 @@ class Block(nn.Module):
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
         self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
         self.register_buffer("causal", torch.ones(seq, seq, dtype=torch.bool).tril(), persistent=False)
+        # Set by recompute_once.recompute_core: runs `attend` with selective recompute.
+        self.core_wrapper: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2)
                    for t in self.qkv(self.ln1(x)).split(h, dim=-1))
-        if self.attention == "sdpa":
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # the paper's (Megatron's) unfused attention: the s x s probabilities are kept for B
-            scores = (q @ k.transpose(-2, -1)) * (h // self.heads) ** -0.5
-            o = scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1) @ v
+        o = self.attend(q, k, v) if self.core_wrapper is None else self.core_wrapper(self.attend, q, k, v)
         x = x + self.proj(o.transpose(1, 2).reshape(b, s, h))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The attention core (Korthikanti et al.'s: scores, softmax, value product), what selective
+        recompute runs again (recompute_once.py)."""
+        if self.attention == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # the paper's (Megatron's) unfused attention: the s x s probabilities are kept for B
+        s = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        return scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1) @ v
 
 
 class Head(nn.Module):
