@@ -252,6 +252,30 @@ def test_all_times_positive(measured: Profile) -> None:
 
 
 @pytest.mark.torch
+def test_measured_recompute_options_hold_what_the_estimate_formulas_say(measured: Profile) -> None:
+    """Issue 28, deliverable 2: the profiler measures each block's options with the recompute-once wrapper
+    zbsearch run executes. full keeps the block's input (b s h d, as profile --estimate states it) and, like
+    selective, holds from I until W what the block holds there without recompute (the estimate: the block's
+    mem_W_torch); selective drops the naive core's probabilities, a s per token (d bytes each, as the
+    Llama-style estimate's core counts them) plus the causal mask's s x s bools."""
+    b, s, h, a, d = TINY.micro_batch, TINY.seq, TINY.hidden, TINY.heads, 4
+    by_name = {layer.name: layer for layer in measured.layers}
+    assert by_name["tok_embeddings"].recompute == ()  # token ids take no gradient: nothing to recompute in I
+    estimate = {o["level"]: o for o in estimate_gpt(TINY, "h100", dtype="fp32")[1].extra["recompute"]}
+    for name in ("layers.0", "layers.1"):
+        layer = by_name[name]
+        options = {o.level: o for o in layer.recompute}
+        assert set(options) == {"full", "selective"} and {o.pays for o in options.values()} == {"I"}
+        assert options["full"].mem_B == estimate["full"]["mem_B"] == b * s * h * d
+        assert options["full"].mem_W == options["selective"].mem_W == layer.mem_W_torch
+        assert layer.mem_B_torch - options["selective"].mem_B == b * s * a * s * d + s * s
+        assert 0 < options["full"].time < 3 * layer.F  # the forward again (its timing varies on a shared CPU)
+        assert options["full"].peak == options["full"].mem_W  # a CPU has no allocator peak to ask
+    head = {o.level: o for o in by_name["output"].recompute}
+    assert set(head) == {"full"} and head["full"].mem_B == b * s * h * d
+
+
+@pytest.mark.torch
 def test_split_backward_close_to_fused_backward(measured: Profile) -> None:
     layers = measured.layers
     split = sum(layer.B + layer.W for layer in layers)

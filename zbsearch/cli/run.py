@@ -18,10 +18,10 @@ from rich.table import Table
 from ..core.errors import ZbsearchError
 from ..core.fileio import write_atomic
 from ..core.ir import Kind, Schedule
+from ..core.profile import Profile
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
-from .levers import warn_recompute_not_applied
 from ..interop.run.launcher import run, thread_mismatch
 from ..profiling.distributed import reports_here
 
@@ -116,7 +116,7 @@ def run_command(
     schedule = Schedule.load(schedule_file)
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     if reports_here():
-        warn_recompute_not_applied(schedule, "zbsearch run")
+        warn_test_model_recompute(schedule, problem, model)
     mismatch = thread_mismatch(problem)
     if mismatch is not None and reports_here():
         print_warning(mismatch)
@@ -138,6 +138,17 @@ def run_command(
     if not result.ok:
         listed = "; ".join(result.problems[:3]) + (f"; and {len(result.problems) - 3} more" if len(result.problems) > 3 else "")
         raise ZbsearchError(f"{schedule.name!r} on torch does not match the reference: {listed}")
+
+
+def warn_test_model_recompute(schedule: Schedule, problem: Profile | None, model: str | None) -> None:
+    """Say when a plan recomputes layers of a profile's model but the run executes a small test model,
+    which has none of them (the profile's own model runs the plan's recompute)."""
+    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
+    runs_profile = problem is not None and isinstance(problem.details.get("model"), dict) and model in (None, "profile")
+    if levels and not runs_profile:
+        print_warning(f"schedule {schedule.name!r} recomputes {len(levels)} layer(s) of its profile's model "
+                      "(meta.partition.recompute), but this run executes a small test model, which has none of them: "
+                      "it runs without recompute; give the profile the plan was made on to run that model")
 
 
 def _layers(names: list[str]) -> str:

@@ -18,7 +18,7 @@ import statistics
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -28,7 +28,9 @@ from .costs import LayerCost
 from .hardware import default_dtype, one_line, resolve_device, torch_dtype
 from .models import LayerSpec, describe_tensor
 from .request import MeasureRequest, Progress
+from .graph_memory import needed_for_W, storage_key
 from .measure_kept import measure_kept
+from .measure_recompute import measure_options
 
 PASSES = ("F", "B", "W", "full_backward")
 
@@ -85,19 +87,7 @@ class LayerRun:
     next_input: torch.Tensor
     memory: dict[str, float] = field(default_factory=dict)
     samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PASSES})
-
-
-def _storage_key(t: torch.Tensor) -> tuple[int, int]:
-    st = t.untyped_storage()
-    return st.data_ptr(), st.nbytes()
-
-
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _tensors(v)
+    recompute: list[dict[str, Any]] = field(default_factory=list)  # its options (measure_recompute.py)
 
 
 def _clear(params: Sequence[torch.Tensor], x: torch.Tensor) -> None:
@@ -110,32 +100,6 @@ def _clear(params: Sequence[torch.Tensor], x: torch.Tensor) -> None:
 def _cuda_allocated(device: torch.device) -> int:
     torch.cuda.synchronize(device)
     return torch.cuda.memory_allocated(device)
-
-
-def _needed_for_W(groups: Sequence[dict[str, Any]], static: set[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Storages (pointer -> bytes) W still needs after I: the saved inputs of the parameter-using
-    autograd nodes, and the output gradients I stored for them."""
-    needed: dict[int, int] = {}
-    grads: dict[int, int] = {}
-    for group in groups:
-        for node in group.get("intermediates", ()):
-            for attr in dir(node):
-                if not attr.startswith("_saved_"):
-                    continue
-                try:
-                    value = getattr(node, attr)
-                except RuntimeError:
-                    continue
-                for t in _tensors(value):
-                    ptr, nbytes = _storage_key(t)
-                    if nbytes and ptr not in static:
-                        needed[ptr] = nbytes
-        for grad_tuple in group.get("grads", None) or ():
-            for t in _tensors(grad_tuple):
-                ptr, nbytes = _storage_key(t)
-                if nbytes:
-                    grads[ptr] = nbytes
-    return needed, grads
 
 
 class _Held:
@@ -155,13 +119,13 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
     allocator's growth over F, less the output (handed on), plus the input when it is saved.
     """
     mod, x = run.mod, run.x
-    static = {_storage_key(t)[0] for t in list(mod.parameters()) + list(mod.buffers())}
+    static = {storage_key(t)[0] for t in list(mod.parameters()) + list(mod.buffers())}
     saved: dict[int, list[Any]] = {}
     sizes: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> Any:
         held = _Held(t)
-        ptr, nbytes = _storage_key(t)
+        ptr, nbytes = storage_key(t)
         if nbytes and ptr not in static:
             sizes[ptr] = nbytes
             saved.setdefault(ptr, []).append(weakref.ref(held))
@@ -177,10 +141,10 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
     result: dict[str, float] = {"mem_B": float(sum(sizes.values()))}
     if cuda:
         delta = _cuda_allocated(device) - before
-        out_ptr, out_bytes = _storage_key(out)
+        out_ptr, out_bytes = storage_key(out)
         if out_ptr not in sizes:
             delta -= out_bytes  # the output is handed on, not held for this layer's backward
-        x_ptr, x_bytes = _storage_key(x)
+        x_ptr, x_bytes = storage_key(x)
         if x_ptr in sizes:
             delta += x_bytes  # the saved input was allocated before F but is held for B all the same
         result = {"mem_B_saved_tensors": result["mem_B"], "mem_B": float(max(delta, 0))}
@@ -192,7 +156,7 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
         result["mem_kept_torch"] = 0.0  # torch runs the first stage's whole backward at once: all freed
         return result
     _, groups = backward.input([out], run.out_grads, [x], iter(run.params))
-    needed, grads = _needed_for_W(groups, static)
+    needed, grads = needed_for_W(groups, static)
     result["mem_W"] = float(sum({**needed, **grads}.values()))
     result["mem_W_torch_runtime"] = float(sum({**alive(), **grads}.values()))
     if cuda:
@@ -203,7 +167,7 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
     # of the graph W did not free: the layer's share of that, measured alone (measure_kept.py: the loss chunk)
     result["mem_kept_torch"] = float(sum(alive().values()))
     if cuda:
-        result["mem_kept_torch"] = float(max(_cuda_allocated(device) - before - _storage_key(out)[1], 0))
+        result["mem_kept_torch"] = float(max(_cuda_allocated(device) - before - storage_key(out)[1], 0))
     del out
     return result
 
@@ -265,6 +229,8 @@ def _finish(run: LayerRun) -> LayerCost:
     _clear(run.params, run.x)
     med = {k: statistics.median(v) for k, v in run.samples.items()}
     extra = {"module": type(run.mod).__name__, **{k: v for k, v in run.memory.items() if k not in ("mem_B", "mem_W")}}
+    if run.recompute:
+        extra["recompute"] = run.recompute
     return LayerCost(
         name=run.name, F=med["F"], B=med["B"], W=med["W"], full_backward=med["full_backward"],
         mem_B=run.memory["mem_B"], mem_W=run.memory["mem_W"], params=sum(prm.numel() for prm in run.mod.parameters()),
@@ -307,6 +273,10 @@ class _Session:
         _run_once(run, self.timer, self.backward, record=i >= self.warmup)
         self.tick(run.name)
 
+    def options(self, run: LayerRun) -> None:
+        """The layer's recompute options, once its own passes are timed."""
+        run.recompute = measure_options(run, self.timer, self.backward, self.device, self.warmup, self.runs)
+
 
 def _measure_interleaved(session: _Session, layers: Sequence[LayerSpec], x: torch.Tensor) -> list[LayerCost]:
     # Every layer resident; each round times every layer once, so a machine that speeds up or slows
@@ -318,6 +288,8 @@ def _measure_interleaved(session: _Session, layers: Sequence[LayerSpec], x: torc
     for i in range(session.runs):
         for run in prepared:
             session.run_once(run, i)
+    for run in prepared:
+        session.options(run)
     if session.device.type == "cpu":
         measure_kept(prepared, session.backward)
     return [_finish(run) for run in prepared]
@@ -331,6 +303,7 @@ def _measure_one_by_one(session: _Session, layers: Sequence[LayerSpec], x: torch
             run = session.prepare(name, mod, x)
             for i in range(session.runs):
                 session.run_once(run, i)
+            session.options(run)
             costs.append(_finish(run))
             x = run.next_input
             del run

@@ -6,10 +6,11 @@ pipelining runtime runs I (`stage_backward_input`, which keeps the graph for W) 
 (`stage_backward_weight`) as two calls, so a checkpointed layer would run its forward in I and again in W.
 Here the forward keeps only the layer's inputs; every tensor autograd would save is replaced by a small
 handle (saved-tensor hooks). The first time a backward needs one of them, the layer's forward runs again
-(same RNG state) with its own saved-tensor hooks capturing what it saves, in order, and those rebuilt
-tensors stay with the handles until the graph is freed. So I rebuilds them, W reuses them, and the
-layer holds its input from F until I and its rebuilt activations from I until W, as the profile's
-`full` option says (core/recompute.py).
+(same RNG state) with its own saved-tensor hooks capturing what it saves, in order; each rebuilt tensor
+then lives as long as its handle, which autograd frees with the saved variable that holds it (W frees
+those of the nodes it runs; the nodes only I runs keep theirs until the graph goes, as without
+recompute). So I rebuilds them, W reuses them, and the layer holds its input from F until I and its
+rebuilt activations from I until W, as the profile's `full` option says (core/recompute.py).
 
 `full` wraps a whole layer (`RecomputeOnce`); `selective` wraps the attention core of the built-in GPT's
 block (models.Block.attend) with the same mechanism. A `Switch` per chunk says whether the forward running
@@ -48,16 +49,17 @@ class Frames:
         self.recomputes = 0  # forwards run again, all frames together
 
     def tensors(self) -> Iterator[torch.Tensor]:
-        """Every tensor the live frames hold: the kept inputs, and the rebuilt activations once rebuilt."""
+        """Every tensor the live frames hold: the kept inputs until the recompute, then the rebuilt
+        activations whose handles autograd still holds."""
         for frame in list(self.alive):
             yield from (t for t in frame.inputs if isinstance(t, torch.Tensor))
-            yield from frame.rebuilt or ()
+            yield from (t for t in frame.rebuilt or () if t is not None)
 
 
 class _Frame:
     """One forward of a wrapped function: its inputs, RNG state and what its recompute rebuilds."""
 
-    __slots__ = ("fn", "name", "inputs", "grads", "rng", "shapes", "rebuilt", "frames", "__weakref__")
+    __slots__ = ("fn", "name", "inputs", "grads", "rng", "shapes", "rebuilt", "dropped", "frames", "__weakref__")
 
     def __init__(self, fn: Callable[..., Any], name: str, args: tuple[Any, ...], frames: Frames | None) -> None:
         self.fn, self.name, self.frames = fn, name, frames
@@ -66,13 +68,29 @@ class _Frame:
         cuda = sorted({a.device.index or 0 for a in args if isinstance(a, torch.Tensor) and a.is_cuda})
         self.rng = (torch.get_rng_state(), [(d, torch.cuda.get_rng_state(d)) for d in cuda])
         self.shapes: list[tuple[Any, Any]] = []  # (shape, dtype) of every tensor the forward saved, in order
-        self.rebuilt: list[torch.Tensor] | None = None
+        self.rebuilt: list[torch.Tensor | None] | None = None
+        self.dropped: set[int] = set()  # saved tensors whose handle autograd has freed
         if frames is not None:
             frames.alive.add(self)
 
-    def pack(self, t: torch.Tensor) -> tuple[_Frame, int]:
+    def pack(self, t: torch.Tensor) -> _Handle:
         self.shapes.append((t.shape, t.dtype))
-        return self, len(self.shapes) - 1
+        return _Handle(self, len(self.shapes) - 1)
+
+    def drop(self, index: int) -> None:
+        self.dropped.add(index)
+        if self.rebuilt is not None:
+            self.rebuilt[index] = None
+
+    def unpack(self, index: int) -> torch.Tensor:
+        if self.rebuilt is None:
+            rebuilt: list[torch.Tensor | None] = list(self.rebuild())
+            for k in self.dropped:
+                rebuilt[k] = None
+            self.rebuilt, self.inputs = rebuilt, ()  # the inputs served their purpose
+        t = self.rebuilt[index]
+        assert t is not None, "autograd unpacked a saved tensor whose handle it had freed"
+        return t
 
     def rebuild(self) -> list[torch.Tensor]:
         """Run the forward again (same RNG state, grad enabled) and capture what it saves, in order."""
@@ -103,11 +121,20 @@ class _Frame:
         return out
 
 
-def _unpack(handle: tuple[_Frame, int]) -> torch.Tensor:
-    frame, index = handle
-    if frame.rebuilt is None:
-        frame.rebuilt = frame.rebuild()
-    return frame.rebuilt[index]
+class _Handle:
+    """What autograd keeps instead of a saved tensor: freed with the saved variable that holds it."""
+
+    __slots__ = ("frame", "index")
+
+    def __init__(self, frame: _Frame, index: int) -> None:
+        self.frame, self.index = frame, index
+
+    def __del__(self) -> None:
+        self.frame.drop(self.index)
+
+
+def _unpack(handle: _Handle) -> torch.Tensor:
+    return handle.frame.unpack(handle.index)
 
 
 def once(fn: Callable[..., Any], *args: Any, name: str = "a layer", frames: Frames | None = None) -> Any:

@@ -7,7 +7,7 @@ torch is imported only when a function runs.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .model import ModelPlan
 from ...profiling.request import GptShape
@@ -60,6 +60,23 @@ def build_profiled(plan: ModelPlan, m: int, seed: int, device: Any,
     if x.is_floating_point():
         x = x.to(dtype)
     return chunks, x, torch.zeros(m, device=device), loss_of_output
+
+
+def recompute_layers(plan: ModelPlan, chunks: list[Any], mine: Sequence[int]) -> tuple[dict[int, Any], Any]:
+    """Wrap the layers the plan recomputes in this rank's chunks (`mine`) in place, each at its level
+    (profiling/recompute_once.py). Returns one switch per chunk that has recomputed layers, for the caller
+    to set before each forward, and the frames, which hold what they keep (for the memory probe)."""
+    # defers torch: a run without it fails with the install hint first
+    from ...profiling.recompute_once import Frames, Switch, wrap
+
+    levels, frames = dict(plan.recompute), Frames()
+    switches: dict[int, Any] = {}
+    for c in mine:
+        for i, name in enumerate(plan.chunks[c]):
+            if name in levels:
+                switch = switches.setdefault(c, Switch())
+                chunks[c][i] = wrap(chunks[c][i], name, levels[name], switch, frames)
+    return switches, frames
 
 
 def _at_least_1d() -> Any:

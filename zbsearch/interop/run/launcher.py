@@ -44,7 +44,7 @@ from ...profiling.request import RUN_THREADS
 from ...sim.validate import validate
 from . import worker as worker_module
 from ..formats.export import export, torch_compatible
-from .model import plan_profiled_model
+from .model import plan_profiled_model, predicted_profile
 from .result import KINDS, RunResult, collect, measured_profile  # noqa: F401 (the run API)
 from .small_models import MODELS, require_torch
 from .worker import Job, torchrun_worker, worker
@@ -174,6 +174,8 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile,
                                    pingpong_sizes, env)
     plan = plan_profiled_model(schedule, profile, check, seed) if model == "profile" and profile else None
+    if plan is not None and plan.recompute:
+        predicted_profile(schedule, profile, plan)  # a plan its profile cannot cost fails before any process starts
     validate(schedule, profile)
     torch_compatible(schedule)
     with tempfile.TemporaryDirectory(prefix="zbsearch-run-") as tmp:

@@ -28,6 +28,7 @@ from ...core.ir import Schedule
 from ...core.layers import Layer
 from ...core.partition import summed
 from ...core.profile import Profile
+from ...core.recompute_choice import with_recompute
 from ...profiling.partition import linear_partition
 from ...profiling.request import GptShape
 
@@ -52,6 +53,9 @@ class ModelPlan:
     cut: str  # where the chunks come from, in words
     label: str  # the model in a few words
     sys_path: tuple[str, ...] = ()  # where the launcher found a factory's module; the workers look there too
+    recompute: tuple[tuple[str, str], ...] = ()  # (layer name, full or selective): the plan's recomputed layers
+    # per global chunk, the microbatches whose passes recompute that chunk's layers; None: all of them
+    recompute_microbatches: tuple[tuple[int, ...] | None, ...] | None = None
 
     @property
     def tolerance(self) -> float:
@@ -197,19 +201,76 @@ def plan_profiled_model(schedule: Schedule, profile: Profile, check: bool | None
     if check is None:
         params = sum(layer.params or 0 for layer in profile.layers or ())
         check = params <= CHECK_MAX_PARAMETERS
-    return ModelPlan(kind, spec, tuple(tuple(c) for c in chunks), dtype, check, cut, label, tuple(sys.path))
+    levels, microbatches = plan_recompute(schedule, chunks, kind, spec)
+    return ModelPlan(kind, spec, tuple(tuple(c) for c in chunks), dtype, check, cut, label, tuple(sys.path),
+                     tuple(sorted(levels.items())), microbatches)
+
+
+def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: str,
+                   spec: Any) -> tuple[dict[str, str], tuple[tuple[int, ...] | None, ...] | None]:
+    """The layers the schedule recomputes (meta.partition.recompute: layer name -> full or selective) and,
+    per chunk, the microbatches that recompute it (meta.partition.recompute_microbatches; absent, or None
+    for a chunk: every microbatch).
+
+    Raises
+    ------
+    RunError
+        A level other than full or selective, a layer no chunk holds, selective on a layer without the
+        built-in GPT's unfused attention core, or microbatch lists that do not give one list of valid
+        microbatch indices (or null) per chunk.
+    """
+    meta = schedule.meta.get("partition") or {}
+    where = f"schedule {schedule.name!r} meta.partition"
+    levels = meta.get("recompute") or {}
+    if not isinstance(levels, dict):
+        raise RunError(f"{where}.recompute must map layer names to full or selective: give {{\"layers.3\": \"full\"}}")
+    held = {x for chunk in chunks for x in chunk}
+    attention = spec.get("attention", "naive") if kind == "gpt" else None
+    blocks = {x for chunk in chunks for x in chunk if x.startswith("layers.")} if attention == "naive" else set()
+    for name, level in levels.items():
+        if level not in ("full", "selective"):
+            raise RunError(f"{where}.recompute gives layer {name!r} level {level!r}: use full or selective")
+        if name not in held:
+            raise RunError(f"{where}.recompute names layer {name!r}, which no chunk of the run holds: name the "
+                           "layers of meta.partition.chunks")
+        if level == "selective" and name not in blocks:
+            raise RunError(f"{where}.recompute gives layer {name!r} level selective, but only the built-in GPT's "
+                           "blocks with naive attention have an attention core the run can recompute alone: use full")
+    return dict(levels), _recompute_microbatches(meta.get("recompute_microbatches"), where, len(chunks),
+                                                 schedule.num_microbatches)
+
+
+def _recompute_microbatches(raw: Any, where: str, n: int, m: int) -> tuple[tuple[int, ...] | None, ...] | None:
+    if raw is None:
+        return None
+    fix = f"give one list of microbatch indices (0..{m - 1}) or null per chunk"
+    if not isinstance(raw, list) or len(raw) != n:
+        raise RunError(f"{where}.recompute_microbatches must list {n} entries, one per chunk: {fix}")
+    out: list[tuple[int, ...] | None] = []
+    for c, entry in enumerate(raw):
+        ok = entry is None or (isinstance(entry, list) and all(isinstance(k, int) and not isinstance(k, bool)
+                                                               and 0 <= k < m for k in entry))
+        if not ok:
+            raise RunError(f"{where}.recompute_microbatches[{c}] is {entry!r}: {fix}")
+        out.append(None if entry is None else tuple(sorted(set(entry))))
+    return tuple(out)
 
 
 def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | None) -> tuple[Profile, str]:
     """The costs the run is compared with, and how they were obtained.
 
-    The profile itself when the chunks are its stages (or no plan); else per-chunk sums of its per-layer
-    costs (stage 0 costed as torch runs it when the profile was: I empty, W the whole backward); else,
-    without per-layer costs, each rank's stage split evenly over its chunks.
+    The profile itself when the chunks are its stages and nothing is recomputed (or no plan); else
+    per-chunk sums of its per-layer costs (stage 0 costed as torch runs it when the profile was: I empty,
+    W the whole backward); else, without per-layer costs, each rank's stage split evenly over its chunks.
+    The plan's recompute levels apply to every microbatch: the simulator has no per-microbatch costs, so a
+    plan that recomputes only some microbatches is predicted as if all did.
     """
     stages = (profile.details.get("partition") or {}).get("layers_per_stage")
-    if plan is None or (schedule.placement.num_chunks == schedule.num_ranks
-                        and [list(c) for c in plan.chunks] == stages):
+    if plan is not None and plan.recompute and profile.layers is not None:
+        # the plan's levels (as validate does); a profile that already carries them is left as it is
+        profile = with_recompute(profile, dict(plan.recompute), restage=False)
+    elif plan is None or (schedule.placement.num_chunks == schedule.num_ranks
+                          and [list(c) for c in plan.chunks] == stages):
         return profile, "the profile's stages"
     costs = _layers(profile)
     if not all(x in costs for chunk in plan.chunks for x in chunk):

@@ -17,7 +17,7 @@ torch is passed in by the worker; nothing here imports it at module level.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 
 def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
@@ -52,8 +52,12 @@ class MemoryProbe:
     """Tracks the activation bytes one rank's stages hold, as a peak over the samples (see the module
     docstring). Use `hooks()` around the step and call `sample()` after every action."""
 
-    def __init__(self, torch: Any, stages: Sequence[Any], device: Any) -> None:
+    def __init__(self, torch: Any, stages: Sequence[Any], device: Any,
+                 recomputed: Callable[[], Iterable[Any]] | None = None) -> None:
         self.torch, self.stages, self.cuda = torch, list(stages), device.type == "cuda"
+        # recomputed layers keep their tensors away from autograd's saved-tensor hooks (a probe's hooks
+        # do not see inside theirs): what they hold, asked at every sample
+        self.recomputed = recomputed
         self.static = {_key(t)[0] for st in self.stages for t in list(st.submod.parameters()) + list(st.submod.buffers())}
         self.saved: dict[int, tuple[int, list[Any]]] = {}
         self.peak = 0.0
@@ -84,12 +88,11 @@ class MemoryProbe:
                 refs[:] = alive
             else:
                 del self.saved[ptr]
-        for st in self.stages:
-            for cache in (st.fwd_cache, st.backward_state):
-                for t in _tensors(cache):
-                    ptr, nbytes = _key(t)
-                    if nbytes and ptr not in self.static:
-                        found[ptr] = nbytes
+        caches = [t for st in self.stages for cache in (st.fwd_cache, st.backward_state) for t in _tensors(cache)]
+        for t in caches + list(self.recomputed() if self.recomputed is not None else ()):
+            ptr, nbytes = _key(t)
+            if nbytes and ptr not in self.static:
+                found[ptr] = nbytes
         return float(sum(found.values()))
 
     def sample(self) -> None:

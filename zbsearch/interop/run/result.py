@@ -164,6 +164,12 @@ def collect(schedule: Schedule, job: "Job", profile: Profile | None, results: li
         out.memory_peak_bytes = [float(r.get("memory_peak_bytes") or 0.0) for r in results]
     if plan is not None:
         out.details.update({"cut": plan.cut, "check": _check_words(plan)})
+    if plan is not None and plan.recompute:
+        mbs = plan.recompute_microbatches
+        out.details["recompute"] = {
+            "layers": dict(plan.recompute), "microbatches": None if mbs is None else [None if x is None else list(x)
+                                                                                    for x in mbs],
+            "forwards_run_again": [r.get("recomputes", 0) for r in results]}  # per rank, all steps together
     if profile is None:
         out.passes = _passes(schedule, per_chunk, None, None)
         return out

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ...core.ir import Schedule
 from ...profiling.distributed import Torchrun, host, pingpong
 from ...profiling.request import RUN_THREADS
-from .build import build_profiled
+from .build import build_profiled, recompute_layers
 from .model import ModelPlan
 from .probe import MemoryProbe
 from .small_models import build_chunks, loss_function, make_batch, require_torch
@@ -139,6 +139,23 @@ def _instrument(torch: Any, stages: list[Any], record: Callable[[str, int, Any, 
                                               lambda *a, **k: "W", st.stage_index, cuda)
 
 
+def _switched(fn: Callable, switch: Any, microbatches: tuple[int, ...] | None) -> Callable:
+    """`fn` (a stage's forward_one_chunk, microbatch first) with the chunk's recompute switched on for the
+    microbatches that recompute it, off for the others."""
+    def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
+        switch.on = microbatches is None or mb in microbatches
+        return fn(mb, *args, **kwargs)
+    return wrapper
+
+
+def _recompute_per_microbatch(stages: list[Any], switches: dict[int, Any], plan: ModelPlan | None) -> None:
+    for st in stages:
+        if st.stage_index in switches:
+            chosen = None if plan is None or plan.recompute_microbatches is None else \
+                plan.recompute_microbatches[st.stage_index]
+            st.forward_one_chunk = _switched(st.forward_one_chunk, switches[st.stage_index], chosen)
+
+
 class _RankRun:
     """One rank: its stages on torch's runtime and the reference, stepped and checked step by step."""
 
@@ -158,7 +175,10 @@ class _RankRun:
             self.reference, self.reference_loss = reference(
                 torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
 
+        # after the reference was copied, so that it runs the layers as they are
+        switches, self.frames = recompute_layers(job.plan, self.chunks, self.mine) if job.plan else ({}, None)
         self.stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
+        _recompute_per_microbatch(self.stages, switches, job.plan)
         self.runtime = _PipelineScheduleRuntime(self.stages, m, loss_fn=loss_fn, scale_grads=True)
         self.runtime._load_csv(job.csv_path, format=job.csv_format)
         self.sync = device.type == "cuda"
@@ -202,7 +222,8 @@ class _RankRun:
         """One more, untimed iteration that records the activation memory this rank holds (probe.py)."""
 
         args, kwargs = self._arguments([])
-        self.probe = MemoryProbe(self.torch, self.stages, self.device)
+        self.probe = MemoryProbe(self.torch, self.stages, self.device,
+                                 None if self.frames is None else self.frames.tensors)
         self.dist.barrier()
         with self.probe.hooks():
             self.runtime.step(*args, **kwargs)
@@ -247,6 +268,7 @@ class _RankRun:
             "reference_loss": self.reference_loss, "step_seconds": self.step_seconds,
             "events": [[k, s, t1 - t0] for k, s, t0, t1 in self.timed],
             "memory_peak_bytes": self.memory_peak,
+            "recomputes": 0 if self.frames is None else self.frames.recomputes,
         }
 
 
