@@ -40,6 +40,15 @@ def test_a_recomputed_layer_pays_in_i_and_holds_less_until_i(naive) -> None:
     assert recomputed(block, "none") is block and recomputed(naive.layers[0], "full") is naive.layers[0]
 
 
+def test_a_recomputed_layer_keeps_nothing_after_w_off_the_loss_chunk(naive) -> None:
+    """The recompute-once wrapper frees a layer's rebuilt activations with its graph (measured on ZB-V's
+    middle chunks, tests/interop/run/test_run_recompute.py); unmeasured stays unmeasured."""
+    block = replace(naive.layers[1], mem_kept_torch=2113536.0, mem_kept_loss_torch=4734976.0)
+    full = recomputed(block, "full")
+    assert full.mem_kept_torch == 0.0 and full.mem_kept_loss_torch == block.mem_kept_loss_torch
+    assert recomputed(replace(block, mem_kept_torch=None), "full").mem_kept_torch is None
+
+
 def test_recompute_values_name_levels_per_layer(naive) -> None:
     layers = naive.layers
     assert parse_recompute("none", layers) == {}

@@ -6,14 +6,12 @@ the plan's and the iteration time within 25%. Two short gloo runs; the refusals 
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from zbsearch.core.errors import RunError
-from zbsearch.core.profile import Profile, load_profile
-from zbsearch.profiling.build import profile_gpt_estimate
-from zbsearch.profiling.request import GptShape, PipelineSetup, StageSplit
+from zbsearch.profiling.build import profile_gpt_estimate, profile_measured
+from zbsearch.profiling.request import GptShape, MeasureRequest, PipelineSetup, StageSplit
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
 
@@ -24,48 +22,46 @@ from zbsearch.interop.run.model import plan_profiled_model, predicted_profile  #
 
 pytestmark = pytest.mark.torch
 
-ROOT = Path(__file__).resolve().parents[3]
+# The model of results/fidelity.md (profiles/cpu-gpt-fidelity.json), measured afresh so that its times are
+# this machine's now: fewer repeats than a profile for planning, it only has to be as noisy as the run.
+SHAPE = GptShape(layers=4, hidden=256, heads=4, seq=128, micro_batch=4, vocab=2048)
 BLOCKS = ["layers.0", "layers.1", "layers.2", "layers.3"]
-
-
-def with_full_options(profile: Profile) -> Profile:
-    """The CPU-measured GPT profile (profiles/cpu-gpt-fidelity.json, written before the profiler measured
-    recompute options) with each block's `full` option as profile --estimate states it from the block's
-    own measured numbers: its forward again in I, its input kept from F, what torch holds without
-    recompute from I until W. test_profiler checks the profiler measures these same bytes."""
-    data, layers = profile.to_dict(), profile.layers
-    for k, layer in enumerate(layers):
-        if layer.name in BLOCKS:
-            data["layers"][k]["recompute"] = [{"level": "full", "time": layer.F, "pays": "I",
-                                               "mem_B": layers[k - 1].out_bytes, "mem_W": layer.mem_W_torch,
-                                               "peak": layer.mem_W_torch}]
-    return Profile.from_dict(data)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time() -> None:
-    profile = with_full_options(load_profile(ROOT / "profiles" / "cpu-gpt-fidelity.json"))
-    schedule = generate("zb-h1", 2, 4)
-    schedule.meta["partition"] = {"chunks": profile.details["partition"]["layers_per_stage"],
-                                  "recompute": {name: "full" for name in BLOCKS}}
+    profile = profile_measured("gpt", StageSplit(stages=2), PipelineSetup(microbatches=4, torch_stage0=True),
+                               MeasureRequest(device="cpu", warmup=1, repeats=5), shape=SHAPE)
+    assert all({o.level for o in layer.recompute} == {"full", "selective"} for layer in profile.layers[1:5])
+    schedule = generate("zb-v", 2, 4)  # the split backward, and two chunks per rank
+    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
+                                             ["layers.3", "output"]], "recompute": {name: "full" for name in BLOCKS}}
     plan = plan_profiled_model(schedule, profile)
     predicted = simulate(schedule, predicted_profile(schedule, profile, plan)[0])
     plain = simulate(schedule, predicted_profile(schedule, profile, replace(plan, recompute=()))[0])
 
-    result = run(schedule, profile=profile, steps=2, warmup=1, track_memory=True, pin_cpu=True)
+    result = run(schedule, profile=profile, steps=3, warmup=1, track_memory=True, pin_cpu=True)
     assert result.ok and result.checked and result.max_grad_rel_error < 1e-4, result.problems
-    # one forward again per recomputed block and microbatch, in 4 steps (warm-up, 2 timed, memory); rank 1
-    # also once in torch's first-step shape inference of the input gradient
-    assert result.details["recompute"]["forwards_run_again"] == [4 * 4 * 2, 4 * 4 * 2 + 2]
+    # one forward again per recomputed block and microbatch in 5 steps (warm-up, 3 timed, memory), and once
+    # for each block past chunk 0 in torch's first-step inference of the input gradients' shapes
+    assert result.details["recompute"]["forwards_run_again"] == [2 * 4 * 5 + 1, 2 * 4 * 5 + 2]
     want = [predicted.peak_memory(r) for r in range(2)]
-    # Recompute lowers what is held from F until I (rank 0 holds 4 microbatches), not from I until W, which is
-    # the peak of ZB-H1's last rank (its W passes wait): 3.7 MB against 39.4 MB, and 108.2 MB either way.
-    assert want[0] < 0.2 * plain.peak_memory(0) and want[1] == plain.peak_memory(1)
+    assert all(w < 0.9 * plain.peak_memory(r) for r, w in enumerate(want))
+    # Within 10% per rank; the plan counts the tensor handed from chunk 1 to chunk 2 on rank 1 twice (as
+    # chunk 1's output and chunk 2's input), 4.3% of rank 1's peak here (3.5% without recompute).
     errors = [got / w - 1 for got, w in zip(result.memory_peak_bytes, want)]
+    print(f"peak memory per rank: measured {result.memory_peak_bytes}, plan {want}; step seconds "
+          f"{result.step_seconds}, plan {result.profile_step_seconds}")
     assert all(abs(e) <= 0.10 for e in errors), (result.memory_peak_bytes, want)
-    ratio = result.measured_step_seconds / result.profile_step_seconds
-    assert 0.75 <= ratio <= 1.25, (result.measured_step_seconds, result.profile_step_seconds)
+    # Time: the fastest timed step against the plan with the profile's times scaled by how fast this run's
+    # forwards went against the profile's (recompute adds to I, not F). On a 2-core machine shared with
+    # other work a whole run can go 1.5x slower than the profile measured minutes before; quiet, the
+    # unscaled ratio was 0.97-1.02 (3 runs).
+    forwards = [row for row in result.passes if row["kind"] == "F"]
+    speed = sum(r["mean_s"] * r["count"] for r in forwards) / sum(r["profile_s"] * r["count"] for r in forwards)
+    ratio = min(result.step_seconds) / (result.profile_step_seconds * speed)
+    assert 0.75 <= ratio <= 1.25, (result.step_seconds, result.profile_step_seconds, speed)
 
 
 @pytest.mark.multiprocess
@@ -80,8 +76,8 @@ def test_per_microbatch_choices_recompute_only_the_microbatches_listed() -> None
     result = run(schedule, profile=profile, steps=1, warmup=0)
     assert result.ok and result.checked, result.problems
     assert result.details["recompute"]["microbatches"] == [[0, 2], None]
-    rank0, rank1 = result.details["recompute"]["forwards_run_again"]
-    assert rank0 == 2 and rank1 in (4, 5)  # rank 1: plus torch's shape inference, as above
+    # rank 0: microbatches 0 and 2 only; rank 1: all 4, and once in torch's shape inference, as above
+    assert result.details["recompute"]["forwards_run_again"] == [2, 5]
 
 
 @pytest.mark.parametrize("meta, message", [
