@@ -147,8 +147,9 @@ def warn_test_model_recompute(schedule: Schedule, problem: Profile | None, model
     runs_profile = problem is not None and isinstance(problem.details.get("model"), dict) and model in (None, "profile")
     if levels and not runs_profile:
         print_warning(f"schedule {schedule.name!r} recomputes {len(levels)} layer(s) of its profile's model "
-                      "(meta.partition.recompute), but this run executes a small test model, which has none of them: "
-                      "it runs without recompute; give the profile the plan was made on to run that model")
+                      "(meta.partition.recompute), but this run executes a small test model, which has none of them, "
+                      "so it runs without recompute: run the plan's model with its profile (--profile, --model "
+                      "profile)")
 
 
 def _layers(names: list[str]) -> str:

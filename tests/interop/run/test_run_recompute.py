@@ -104,3 +104,23 @@ def test_a_recompute_the_run_cannot_execute_is_refused_before_any_process_starts
     with pytest.raises(RunError) as err:
         run(schedule, profile=profile)
     assert str(err.value) == message
+
+
+def test_only_a_run_of_a_small_test_model_warns_that_it_does_not_recompute(monkeypatch) -> None:
+    from zbsearch.cli import run as cli_run
+
+    said: list[str] = []
+    monkeypatch.setattr(cli_run, "print_warning", said.append)
+    profile = profile_gpt_estimate(GptShape(layers=2, hidden=32, heads=2, seq=8, micro_batch=2, vocab=64), "h100",
+                                   StageSplit(stages=2), PipelineSetup(microbatches=4), dtype="fp32")
+    schedule = generate("zb-h1", 2, 4)
+    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]],
+                                  "recompute": {"layers.0": "full"}}
+    cli_run.warn_test_model_recompute(schedule, profile, None)
+    cli_run.warn_test_model_recompute(schedule, profile, "profile")
+    assert said == []
+    cli_run.warn_test_model_recompute(schedule, profile, "mlp")
+    cli_run.warn_test_model_recompute(schedule, None, None)
+    assert len(said) == 2 and all("runs without recompute" in x for x in said)
+    cli_run.warn_test_model_recompute(generate("zb-h1", 2, 4), None, "mlp")
+    assert len(said) == 2
