@@ -67,8 +67,10 @@ def _memory(run: Any, level: str, backward: Any, device: torch.device) -> dict[s
         before = _cuda_now(device) if cuda else 0
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.tensor):
             out = layer(x)
-        out_bytes = storage_key(out)[1]
-        result = {"mem_B": held({}) if not cuda else float(max(_cuda_now(device) - before - out_bytes, 0))}
+        # on a GPU: the growth over F, less the output (handed on), plus the input, allocated before F but
+        # held for the backward (the full wrapper keeps it; a block's first norm saves it)
+        grown = _cuda_now(device) - before - storage_key(out)[1] + storage_key(x)[1] if cuda else 0
+        result = {"mem_B": float(max(grown, 0)) if cuda else held({})}
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         _, groups = backward.input([out], run.out_grads, [x], iter(run.params))
