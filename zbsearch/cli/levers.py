@@ -74,7 +74,7 @@ def warn_paper_accounting(prof: Profile | None, target: str) -> None:
 
 
 def warn_recompute_not_applied(schedule: Schedule, what: str) -> None:
-    """Say when a plan recomputes layers that `what` does not recompute yet (issue 28: run and export)."""
+    """Say when a plan recomputes layers that `what` (an export) does not recompute yet; zbsearch run does."""
     levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
     if levels:
         names = sorted(levels)

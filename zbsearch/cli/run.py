@@ -219,6 +219,12 @@ def headline(result: RunResult) -> str:
                      f"largest relative error {result.max_grad_rel_error:.2g}, {result.dtype} against float64")
         check = (f"loss {result.loss:.6g} (reference {result.reference_loss:.6g}); gradients of "
                  f"{result.parameters_checked} parameters {verdict} the single-process reference ({precision}).")
+    recompute = result.details.get("recompute")
+    if recompute:
+        levels = recompute["layers"]
+        check += (f"\nrecompute: {len(levels)} layer(s) ({', '.join(f'{k} {v}' for k, v in sorted(levels.items()))}), "
+                  f"forwards run again per rank {recompute['forwards_run_again']}"
+                  + ("" if recompute["microbatches"] is None else ", only the microbatches the plan lists") + ".")
     return (
         f"{check}\nstep time: measured {result.measured_step_seconds * 1e3:.2f} ms (median, slowest rank); the plan "
         f"with the measured pass times predicts {result.predicted_step_seconds * 1e3:.2f} ms "
