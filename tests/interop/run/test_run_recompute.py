@@ -6,8 +6,12 @@ the plan's and the iteration time within 25%. Two short gloo runs; the refusals 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
 
 from zbsearch.core.errors import RunError
 from zbsearch.profiling.build import profile_gpt_estimate, profile_measured
@@ -66,18 +70,21 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time(
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_per_microbatch_choices_recompute_only_the_microbatches_listed() -> None:
+def test_per_microbatch_choices_recompute_only_the_microbatches_listed(tmp_path: Path) -> None:
     profile = profile_gpt_estimate(GptShape(layers=2, hidden=32, heads=2, seq=8, micro_batch=2, vocab=64), "h100",
                                    StageSplit(stages=2), PipelineSetup(microbatches=4), dtype="fp32")
     schedule = generate("zb-h1", 2, 4)
     schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]],
                                   "recompute": {"layers.0": "full", "layers.1": "selective"},
                                   "recompute_microbatches": [[0, 2], None]}
-    result = run(schedule, profile=profile, steps=1, warmup=0)
-    assert result.ok and result.checked, result.problems
-    assert result.details["recompute"]["microbatches"] == [[0, 2], None]
+    profile.save(tmp_path / "p.json")
+    schedule.save(tmp_path / "s.json")
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "s.json"), "--profile", str(tmp_path / "p.json"),
+                                      "--steps", "1", "--warmup", "0"])
+    assert result.exit_code == 0 and result.stderr == "", result.output  # gradients checked, no warning
     # rank 0: microbatches 0 and 2 only; rank 1: all 4, and once in torch's shape inference, as above
-    assert result.details["recompute"]["forwards_run_again"] == [2, 5]
+    assert ("recompute: 2 layer(s) (layers.0 full, layers.1 selective), forwards run again per rank [2, 5], only the "
+            "microbatches the plan lists.") in result.stdout
 
 
 @pytest.mark.parametrize("meta, message", [
