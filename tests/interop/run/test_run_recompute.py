@@ -58,13 +58,16 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time(
     print(f"peak memory per rank: measured {result.memory_peak_bytes}, plan {want}; step seconds "
           f"{result.step_seconds}, plan {result.profile_step_seconds}")
     assert all(abs(e) <= 0.10 for e in errors), (result.memory_peak_bytes, want)
-    # Time: the fastest timed step against the plan with the profile's times scaled by how fast this run's
-    # forwards went against the profile's (recompute adds to I, not F). On a 2-core machine shared with
-    # other work a whole run can go 1.5x slower than the profile measured minutes before; quiet, the
-    # unscaled ratio was 0.97-1.02 (3 runs).
+    # Time: the median step against the plan. Comparable only while the machine runs passes at the speed
+    # the profile measured them minutes before: on a 2-core machine that other work shares, a whole run can
+    # step 1.5x slower (its ranks wait for each other's core), so a run whose forwards were more than 10% off
+    # the profile's skips this check, and says so.
     forwards = [row for row in result.passes if row["kind"] == "F"]
     speed = sum(r["mean_s"] * r["count"] for r in forwards) / sum(r["profile_s"] * r["count"] for r in forwards)
-    ratio = min(result.step_seconds) / (result.profile_step_seconds * speed)
+    if abs(speed - 1) > 0.10:
+        pytest.skip(f"the machine was busy: forwards ran at {speed:.2f}x the profile's time; memory and gradients "
+                    "were checked, the iteration time was not")
+    ratio = result.measured_step_seconds / result.profile_step_seconds
     assert 0.75 <= ratio <= 1.25, (result.step_seconds, result.profile_step_seconds, speed)
 
 
