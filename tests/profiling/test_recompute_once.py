@@ -13,7 +13,9 @@ torch = pytest.importorskip("torch")
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight  # noqa: E402
 
 from zbsearch.core.errors import RunError  # noqa: E402
+from zbsearch.profiling.measure import measure_layers  # noqa: E402
 from zbsearch.profiling.models import Block  # noqa: E402
+from zbsearch.profiling.request import MeasureRequest  # noqa: E402
 from zbsearch.profiling.recompute_once import Frames, Switch, wrap  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -144,3 +146,28 @@ def test_selective_needs_an_unfused_attention_core() -> None:
     torch.manual_seed(0)
     with pytest.raises(RunError, match="has no unfused attention core"):
         wrap(Block(32, 4, 16, "sdpa"), "layers.1", "selective", Switch())
+
+
+class Alternating(torch.nn.Module):
+    """Saves one tensor on odd calls and two on even ones: its recompute never saves what its forward did."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x.tanh() if self.calls % 2 else x.tanh().sin()
+
+
+def test_the_profiler_lists_no_option_for_a_layer_it_cannot_recompute() -> None:
+    torch.manual_seed(0)
+
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8))
+
+    specs = [("0", mlp), ("1", Alternating), ("2", mlp)]
+    costs = measure_layers(specs, torch.randn(2, 8), MeasureRequest(device="cpu", warmup=0, repeats=1))
+    assert "recompute" not in costs[1].extra
+    assert [[o["level"] for o in c.extra["recompute"]] for c in (costs[0], costs[2])] == [["full"], ["full"]]
+    assert costs[2].extra["recompute"][0]["mem_B"] == 2 * 8 * 4  # its input only: 2 x 8 fp32

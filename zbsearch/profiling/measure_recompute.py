@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..core.errors import RunError
 from .graph_memory import needed_for_W, storage_key
 from .recompute_once import Frames, Switch, wrap
 
@@ -115,10 +116,16 @@ def _extra_time(run: Any, level: str, timer: Callable[..., Any], backward: Any, 
 def measure_options(run: Any, timer: Callable[..., Any], backward: Any, device: torch.device, warmup: int,
                     runs: int) -> list[dict[str, Any]]:
     """The recompute options of one measured layer (measure.LayerRun, its passes already timed), as a
-    profile's `recompute` list; only options that hold less from F until I than the layer does."""
+    profile's `recompute` list; only options that hold less from F until I than the layer does, and none
+    for a layer whose recompute does not save what its forward saved (data-dependent control flow)."""
     options = []
     for level in levels_of(run.mod, run.x):
-        memory = _memory(run, level, backward, device)
+        try:
+            memory = _memory(run, level, backward, device)
+        except (RunError, RuntimeError) as exc:  # torch's I wraps what its hooks raise in a RuntimeError
+            if not isinstance(exc, RunError) and not isinstance(exc.__cause__, RunError):
+                raise
+            continue  # its recompute saves other tensors than its forward: the layer cannot be recomputed
         if memory["mem_B"] >= run.memory["mem_B"]:
             continue
         time = _extra_time(run, level, timer, backward, warmup, runs)
