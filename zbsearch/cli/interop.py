@@ -18,7 +18,7 @@ from ..interop.formats.torchtitan import CHECKED, resolve_version
 from .console import stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
-from .levers import warn_paper_accounting, warn_recompute_not_applied
+from .levers import warn_every_microbatch, warn_paper_accounting, warn_recompute_not_applied
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
 from ..sim.validate import validate
@@ -91,6 +91,8 @@ def export_command(
                             "--uniform F,B,W")
     if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
         warn_paper_accounting(problem, f"--format {fmt}")
+    if fmt == "torchtitan":
+        warn_every_microbatch(schedule, "torchtitan")
     if fmt == "megatron-layout":
         warn_recompute_not_applied(schedule, f"--format {fmt}")
     if torchtitan is not None and fmt != "torchtitan":

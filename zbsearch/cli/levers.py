@@ -12,7 +12,7 @@ import typer
 from ..core.errors import ZbsearchError
 from ..core.ir import Schedule
 from ..core.profile import Profile
-from ..core.recompute_choice import parse_recompute, with_recompute
+from ..core.recompute_choice import levels_for_every_microbatch, parse_recompute, with_recompute
 from ..core.sharding import Sharding, shard_profile
 from .console import print_warning
 from .options import PROBLEM_PANEL, naming_subjects
@@ -81,3 +81,14 @@ def warn_recompute_not_applied(schedule: Schedule, what: str) -> None:
         print_warning(f"schedule {schedule.name!r} was planned recomputing {len(levels)} layer(s) ({names[0]} ... "
                       f"{names[-1]}, meta.partition.recompute); {what} does not recompute yet, so memory and time "
                       "will be those of the plan without recompute")
+
+
+def warn_every_microbatch(schedule: Schedule, what: str) -> None:
+    """Say when a plan recomputes only some microbatches of a chunk, which `what` (a trainer that recomputes
+    a layer for every microbatch) cannot express."""
+    _, partial = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
+                                             schedule.num_microbatches)
+    if partial:
+        print_warning(f"schedule {schedule.name!r} recomputes only some microbatches on chunk(s) "
+                      f"{', '.join(map(str, partial))} (meta.partition.recompute_microbatches); {what} recomputes "
+                      "every microbatch of those layers: no more memory than the plan, more time")

@@ -60,7 +60,7 @@ def split_table(result: SolveResult) -> Table:
                   title_justify="left")
     recompute = any("recomputed" in row for row in facts["ranks"])
     for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits") + \
-            (("recomputed", "+time", "saved F->I") if recompute else ()):
+            (("recomputed", "microbatches", "+time", "saved F->I") if recompute else ()):
         table.add_column(col, justify="left" if col == "layers" else "right",
                          overflow="fold" if col == "layers" else "ellipsis")
     for row in facts["ranks"]:
@@ -76,14 +76,14 @@ def split_table(result: SolveResult) -> Table:
 
 
 def _recompute_cells(row: dict, show: Any) -> list[str]:
-    """A rank's recompute: how many layers at which level, the time it adds per iteration, the bytes it
-    saves from F until I per microbatch."""
+    """A rank's recompute: how many layers at which level, how many microbatches recompute on each of its
+    chunks, the time it adds per iteration, the bytes it saves from F until I per recomputed microbatch."""
     chosen = row.get("recomputed", [])
     if not chosen:
-        return ["-", "-", "-"]
+        return ["-", "-", "-", "-"]
     levels = sorted({c["level"] for c in chosen})
-    return [f"{len(chosen)} ({'/'.join(levels)})", fmt_number(row["recompute_time"]),
-            show(row["recompute_saved_bytes"])]
+    return [f"{len(chosen)} ({'/'.join(levels)})", "\n".join(map(str, row["recomputed_microbatches"])),
+            fmt_number(row["recompute_time"]), show(row["recompute_saved_bytes"])]
 
 
 def bound_line(result: SolveResult) -> str:

@@ -39,7 +39,9 @@ from ...core.recompute_choice import held_from_f, option_of, with_recompute
 from ..budget import BUDGET
 from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
-from ..solve.starts import heuristic_start
+from ..solve.microbatch_recompute import recompute_fewer
+from ..solve.starts import Start, heuristic_start
+from .report import split_facts
 from .search import (
     SplitRequest,
     SplitSearch,
@@ -95,7 +97,7 @@ def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placemen
     try:
         problem = search.problem(placement, counts)
         problem.check_feasible()
-        start = heuristic_start(problem)
+        problem, start = recompute_fewer(problem, heuristic_start(problem))
     except InfeasibleError:
         return out
     out.objective = start.objective
@@ -184,7 +186,17 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
                          placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
         left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
         results.append(search_splits(chosen, time_limit=max(left, 0.0), workers=workers, seed=seed, progress=progress))
-    return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+    return _bound_over_recompute(request, _fewer_microbatches(min(results, key=lambda r: r.objective)),
+                                 t0 + time_limit)
+
+
+def _fewer_microbatches(result: SolveResult) -> SolveResult:
+    """`result` with only the microbatches that need it recomputing (solve/microbatch_recompute.py)."""
+    start = Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
+    problem, fewer = recompute_fewer(result.problem, start)
+    if fewer is start:
+        return result
+    return replace(result, problem=problem, schedule=fewer.schedule, timeline=fewer.timeline, objective=fewer.objective)
 
 
 def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:
@@ -197,7 +209,7 @@ def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: 
     partition = result.details.partition
     assert partition is not None
     # The rule asked for (the polish names its split fixed:...), with the bound over every choice.
-    facts = replace(partition, rule=request.rule, facts={**partition.facts, "rule": request.rule},
+    facts = replace(partition, rule=request.rule, facts=split_facts(result, request.rule),
                     any_split_bound=bound, any_split_bound_by_placement=how)
     return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
 
