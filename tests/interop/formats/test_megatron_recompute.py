@@ -80,7 +80,7 @@ def test_no_recompute_gives_no_flags_and_no_statement() -> None:
     (LINEAR, every("l0 l1 l3"), "stage 1 recomputes its first 1 of 3 decoder layers, stage 0 its first 2",
      block(2)),
     (LINEAR, every("l0 l4"), "stage 1 recomputes 'l4' but not 'l3' before it", block(2)),
-    (INTERLEAVED, every("l0 l1 l4"), "stage 3 recomputes its first 0 of 1 decoder layers, stage 0 its first 1",
+    (INTERLEAVED, every("l0 l1 l4"), "stage 3 recomputes none of its 1 decoder layers, stage 0 its first 1",
      block(1)),
     (INTERLEAVED, every("l0 l1 l3"), "stage 1 recomputes 'l3' but not 'l2' before it", block(3)),
     (LINEAR, every("l0 l1", "selective"), "stage 0 leaves 'l2' without recompute", ("--recompute-granularity",
@@ -110,10 +110,10 @@ def test_layers_outside_the_transformer_block_have_no_setting() -> None:
 
 @pytest.mark.parametrize("microbatches,partial", [
     ([[0, 1], None], "stage 0 recomputes on microbatches 0-1 of 0-3 only"),
-    ([None, []], "stage 1 recomputes on microbatches none of 0-3 only"),
+    ([None, []], "stage 1 recomputes on no microbatch"),
     ([None, None], None),
     ([[3, 2, 1, 0], None], None),
-    ([None, [0]], "stage 1 recomputes on microbatches 0 of 0-3 only"),
+    ([None, [0]], "stage 1 recomputes on microbatch 0 of 0-3 only"),
 ])
 def test_per_microbatch_choices_are_not_megatrons(microbatches, partial) -> None:
     _, flags, statement = exported(plan(LINEAR, every("l0 l3"), microbatches))
@@ -130,7 +130,7 @@ def test_only_stages_that_recompute_are_held_to_every_microbatch() -> None:
     _, flags, statement = exported(plan(head_alone, every("l0 l2 l4"), [None, None, None, [0]]))
     assert (flags, statement) == (block(1), None)  # stage 3 recomputes nothing
     _, flags, statement = exported(plan(head_alone, every("l0 l2 l4"), [None, None, [0], None]))
-    assert flags == () and "stage 2 recomputes on microbatches 0 of 0-3 only" in statement
+    assert flags == () and "stage 2 recomputes on microbatch 0 of 0-3 only" in statement
 
 
 @pytest.mark.parametrize("field,value,message", [

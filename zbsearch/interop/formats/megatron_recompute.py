@@ -84,8 +84,9 @@ def _partial_microbatches(schedule: Schedule, split: Split, levels: Mapping[str,
                 isinstance(x, int) and not isinstance(x, bool) and 0 <= x < m for x in entry)):
             raise PartitionError(f"{origin}[{c}] must be null or a list of microbatch indices 0..{m - 1}")
         if entry is not None and set(entry) != set(range(m)) and any(name in levels for name in split.chunks[c]):
-            return (f"stage {c} recomputes on microbatches {spans(entry) or 'none'} of 0-{m - 1} only; Megatron "
-                    "recomputes on every microbatch")
+            some = (f"microbatch{'es' if len(set(entry)) > 1 else ''} {spans(entry)} of 0-{m - 1} only" if entry
+                    else "no microbatch")
+            return f"stage {c} recomputes on {some}; Megatron recomputes on every microbatch"
     return None
 
 
@@ -138,7 +139,8 @@ def _full_reason(split: Split, chosen: list[Chosen]) -> str | None:
     widest = next(c for c, (k, _) in enumerate(counts) if k == n)
     for c, (k, size) in enumerate(counts):
         if k != min(n, size):
-            return (f"stage {c} recomputes its first {k} of {size} decoder layers, stage {widest} its first {n}; "
+            here = f"its first {k} of {size}" if k else f"none of its {size}"
+            return (f"stage {c} recomputes {here} decoder layers, stage {widest} its first {n}; "
                     "Megatron's block method recomputes the same number of first decoder layers in every stage, "
                     "all of them in a stage with fewer")
     return None
