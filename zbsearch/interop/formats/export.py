@@ -21,8 +21,9 @@ Formats (see FORMATS):
   for 0.2 the `[parallelism]` TOML table (suffix .toml); see torchtitan.py. Needs the layer split
   (interop/formats/layer_split.py), which must name every module of torchtitan's model once.
 - megatron-layout: Megatron-LM's pipeline arguments on one line: pipeline size, the layout string
-  (`Et*3|t*4|...|ttL`) and the decoder (and MTP) layer counts. Needs the layer split; linear and
-  interleaved placements only.
+  (`Et*3|t*4|...|ttL`), the decoder (and MTP) layer counts, and the plan's recompute flags where
+  Megatron can express them (megatron_recompute.py). Needs the layer split; linear and interleaved
+  placements only.
 
 Every export validates the schedule first (structure, completeness, deadlock; times with a profile)
 and renders the whole file in memory before writing it atomically, so a failed export leaves no file.
@@ -55,7 +56,8 @@ FORMATS: dict[str, str] = {
     "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
     "torchtitan": "torch-csv at FILE plus torchtitan's config beside it: FILE's name with .py (main: "
                   "apply_pipeline(config)) or .toml (0.2: the [parallelism] table) (needs the layer split)",
-    "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts (needs the layer split)",
+    "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts, the plan's recompute "
+                       "where Megatron can express it (needs the layer split)",
 }
 NEEDS_PROFILE = ("json", "chrome-trace")
 NEEDS_SPLIT = ("torchtitan", "megatron-layout")
