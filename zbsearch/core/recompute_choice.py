@@ -47,7 +47,7 @@ def recompute_facts(chunks: Sequence[Sequence[Any]], recomputing: Sequence[int])
     microbatches recompute on each chunk (`recomputing`, one count per chunk; a plan may recompute only
     some), the time it adds per iteration, and the bytes it saves from F until I per recomputed microbatch."""
     chosen = [[(layer.name, layer.details["recomputed"]) for layer in layers if "recomputed" in layer.details]
-              for layers in chunks]
+              if count else [] for layers, count in zip(chunks, recomputing)]
     return {"recomputed": [{"layer": name, "level": info["level"]} for mine in chosen for name, info in mine],
             "recomputed_microbatches": [count if mine else 0 for mine, count in zip(chosen, recomputing)],
             "recompute_time": sum(count * info["time"] for mine, count in zip(chosen, recomputing) for _, info in mine),

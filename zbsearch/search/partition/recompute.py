@@ -97,7 +97,7 @@ def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placemen
     try:
         problem = search.problem(placement, counts)
         problem.check_feasible()
-        problem, start = recompute_fewer(problem, heuristic_start(problem))
+        problem, start = recompute_fewer(problem, heuristic_start(problem), validate=False)
     except InfeasibleError:
         return out
     out.objective = start.objective

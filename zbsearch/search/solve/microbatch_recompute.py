@@ -18,6 +18,7 @@ from typing import Sequence
 from ...core.ir import Action, Kind, Schedule
 from ...core.recompute_choice import MICROBATCHES_KEY, microbatches_meta
 from ...sim.rank_state import memory_delta
+from ...sim.simulate import simulate
 from ...sim.validate import check, over_limit
 from ..problem import Problem
 from .starts import Start
@@ -63,20 +64,28 @@ def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
 
 
 def with_choice(schedule: Schedule, choice: Choice) -> Schedule:
-    """The schedule recording, in meta.partition, which microbatches recompute on each chunk."""
+    """The schedule recording, in meta.partition, which microbatches recompute on each chunk (an empty
+    list: none does, and the chunk runs as profiled; exports read it so, core.recompute_choice.
+    levels_for_every_microbatch)."""
     partition = {**(schedule.meta.get("partition") or {}), MICROBATCHES_KEY: microbatches_meta(choice)}
     return replace(schedule, meta={**schedule.meta, "partition": partition})
 
 
-def recompute_fewer(problem: Problem, start: Start) -> tuple[Problem, Start]:
-    """`start` with only the microbatches that need it recomputing (keep_where_it_fits), validated, and the
-    problem with that choice; both unchanged when every microbatch needs it."""
+def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tuple[Problem, Start]:
+    """`start` with only the microbatches that need it recomputing (keep_where_it_fits), and the problem
+    with that choice; both unchanged when every microbatch needs it. With `validate`, the new schedule
+    passes the validator (its order is the start's, so it stays complete and deadlock-free, and its
+    memory was checked rank by rank; scoring many plans may skip the graph checks)."""
     choice = keep_where_it_fits(problem, start.schedule)
     if choice is None:
         return problem, start
     schedule = with_choice(start.schedule, choice)
-    report = check(schedule, problem.profile, problem.limit)
-    report.raise_if_invalid(schedule.name)
-    assert report.timeline is not None
+    if validate:
+        report = check(schedule, problem.profile, problem.limit)
+        report.raise_if_invalid(schedule.name)
+        assert report.timeline is not None
+        timeline = report.timeline
+    else:
+        timeline = simulate(schedule, problem.profile)
     chosen = replace(problem, recompute_microbatches=choice)
-    return chosen, Start(start.name, schedule, report.timeline, problem.objective.of(report.timeline))
+    return chosen, Start(start.name, schedule, timeline, problem.objective.of(timeline))
