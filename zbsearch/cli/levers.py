@@ -18,16 +18,19 @@ from .console import print_warning
 from .options import PROBLEM_PANEL, naming_subjects
 from .params import parse_memory_model
 
+AUTO_RECOMPUTE = ("auto", "auto-layers")  # the search chooses (search/partition/recompute.py)
 MemoryModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
     help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
          "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
 RecomputeOpt = Annotated[Optional[str], typer.Option(
-    "--recompute", metavar="none|auto|full|selective|fixed:NAME[=LEVEL],...", rich_help_panel=PROBLEM_PANEL,
-    show_default=False,
+    "--recompute", metavar="none|auto|auto-layers|full|selective|fixed:NAME[=LEVEL],...",
+    rich_help_panel=PROBLEM_PANEL, show_default=False,
     help="Activation recompute, from the profile's per-layer options: auto (the search chooses which layers each "
-         "rank recomputes, with the split and the schedule), full or selective on every layer that lists it, or "
-         "fixed: the named layers (first..last ranges; =full, the default, or =selective). Default: none.",
+         "rank recomputes, with the split and the schedule, and which microbatches need it), auto-layers (the "
+         "same on every microbatch: what torchtitan and Megatron run), full or selective on every layer that "
+         "lists it, or fixed: the named layers (first..last ranges; =full, the default, or =selective). "
+         "Default: none.",
 )]
 DpShardOpt = Annotated[Optional[int], typer.Option(
     "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
@@ -55,7 +58,7 @@ def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model:
             prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
     if recompute is None or recompute.strip() == "none":
         return prof
-    if recompute.strip() == "auto" and prof.layers is not None:
+    if recompute.strip() in AUTO_RECOMPUTE and prof.layers is not None:
         return prof  # the search chooses (search/partition/recompute.py)
     if prof.layers is None:
         raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "

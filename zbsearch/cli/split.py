@@ -16,6 +16,7 @@ from ..search.partition.search import SplitRequest, search_splits
 from ..search.solve.driver import Progress, SolveResult
 from ..search.partition.report import layer_range
 from .options import naming, naming_subjects
+from .levers import AUTO_RECOMPUTE
 
 
 def has_layers(path: Path | None, uniform: object) -> bool:
@@ -40,14 +41,16 @@ def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profi
 def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
                 mem_limit: str, objective: str,
                 headroom: float, time_limit: float, workers: int, seed: int,
-                progress: "callable[[Progress], None] | None", recompute_auto: bool = False) -> SolveResult:
+                progress: "callable[[Progress], None] | None", recompute: str = "none") -> SolveResult:
     names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
     request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
     # Innermost first: an error about the counts is --partition's even when it quotes the placement.
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
-        search = search_with_recompute if recompute_auto else search_splits
-        return search(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        if recompute in AUTO_RECOMPUTE:  # the search chooses the levels (and, auto, the microbatches)
+            return search_with_recompute(request, time_limit=time_limit, workers=workers, seed=seed,
+                                         progress=progress, per_microbatch=recompute == "auto")
+        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
 
 
 def split_table(result: SolveResult) -> Table:

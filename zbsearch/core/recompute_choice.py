@@ -107,7 +107,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     if value in LEVELS:
         return {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
     if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
-        raise ProfileError(f"recompute {text!r} is not known: use none, auto, full, selective or fixed:NAME[=LEVEL],... "
+        raise ProfileError(f"recompute {text!r} is not known: use none, auto, auto-layers, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
     names = [x.name for x in layers]
     chosen: dict[str, str] = {}

@@ -113,3 +113,19 @@ def replace_request(request, result):
     levels = result.schedule.meta["partition"]["recompute"]
     counts = ",".join(str(len(c)) for c in result.schedule.meta["partition"]["chunks"])
     return replace(request, profile=with_recompute(request.profile, levels, restage=False), rule="fixed:" + counts)
+
+
+def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> None:
+    """auto-layers (what torchtitan and Megatron run) chooses layers only; with the two joint searches
+    given, auto walks from them and is never slower than either."""
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
+    plain = search_splits(request, time_limit=4)
+    from zbsearch.search.partition.recompute import everything
+    full = search_splits(everything(request), time_limit=4)
+    layers = search_with_recompute(request, time_limit=6, per_microbatch=False, starts=(plain, full))
+    assert "recompute_microbatches" not in layers.schedule.meta["partition"]
+    assert layers.objective <= min(plain.objective, full.objective) + 1e-9
+    chosen = search_with_recompute(request, time_limit=6, starts=(plain, full))
+    assert chosen.objective <= min(plain.objective, full.objective) + 1e-9
+    assert chosen.lower_bound <= chosen.objective
