@@ -129,3 +129,15 @@ def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> No
     chosen = search_with_recompute(request, time_limit=6, starts=(plain, full))
     assert chosen.objective <= min(plain.objective, full.objective) + 1e-9
     assert chosen.lower_bound <= chosen.objective
+
+
+def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "10GiB", "makespan")
+    from zbsearch.search.partition.recompute import joint
+    without = joint(request, time_limit=3)
+    assert isinstance(without, InfeasibleError) and "raise the limit to at least that" in str(without)
+    assert "10.6 GiB" in str(without)  # the least cap without recompute
+    auto = search_with_recompute(request, time_limit=6)
+    assert auto.schedule.meta["partition"]["recompute"]
+    assert all(row["fits"] for row in auto.details.partition.facts["ranks"])

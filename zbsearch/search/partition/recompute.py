@@ -176,38 +176,60 @@ def everything(request: SplitRequest) -> SplitRequest:
     return replace(request, profile=with_recompute(request.profile, all_full(request), restage=False))
 
 
+JointPlan = SolveResult | InfeasibleError  # a joint search's plan, or why no split fits
+
+
+def joint(request: SplitRequest, **options) -> JointPlan:
+    """The joint search's plan (search_splits), or the error saying no split fits."""
+    try:
+        return search_splits(request, **options)
+    except InfeasibleError as exc:
+        return exc
+
+
 def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
                           progress: Callable[[Progress], None] | None = None, per_microbatch: bool = True,
-                          starts: tuple[SolveResult, SolveResult] | None = None) -> SolveResult:
+                          starts: tuple[JointPlan, JointPlan] | None = None) -> SolveResult:
     """The best plan over splits, placements and recompute levels (and, with `per_microbatch`, which
     microbatches recompute) found within `time_limit` (see the module); never worse than the joint
     search's plans without recompute and with every layer recomputed that it starts from: its own, or
-    `starts` (those two, already searched; then `time_limit` is the walk's and the polish's alone). Its
-    bound holds over every recompute choice."""
+    `starts` (those two, already searched with `joint`; then `time_limit` is the walk's and the polish's
+    alone). Where no split fits without recompute, it walks from the plan with. Its bound holds over every
+    recompute choice.
+
+    Raises
+    ------
+    InfeasibleError
+        No split fits even with every layer recomputed (the error of that search, naming its least cap).
+    """
     t0 = time.monotonic()
     if starts is None:
         share = BUDGET.recompute_plain_share * time_limit
-        starts = (search_splits(request, time_limit=share, workers=workers, seed=seed, progress=progress),
-                  search_splits(everything(request), time_limit=share, workers=workers, seed=seed, progress=progress))
+        options = {"time_limit": share, "workers": workers, "seed": seed, "progress": progress}
+        starts = (joint(request, **options), joint(everything(request), **options))
         walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
     else:
         walk_end = t0 + BUDGET.recompute_walk_share / (1 - 2 * BUDGET.recompute_plain_share) * time_limit
-    ends = []
-    for levels, start in zip(({}, all_full(request)), starts):
+    found = [(levels, start) for levels, start in zip(({}, all_full(request)), starts)
+             if isinstance(start, SolveResult)]
+    if not found:
+        raise starts[1]
+    ends: list[Levels] = []
+    for levels, start in found:
         placement = parse_placement(start.problem.placement.name, request.num_ranks)
         first = _evaluate(request, levels, placement, _counts(start, placement), per_microbatch)
-        ends.append(walk(request, first, time.monotonic() + (walk_end - time.monotonic()) / (2 - len(ends)),
-                         per_microbatch))
+        share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(found) - len(ends))
+        ends.append(walk(request, first, share_end, per_microbatch))
     best = min(ends, key=lambda x: x.objective)
-    results = list(starts)
+    results = [start for _, start in found]
     if best.objective < min(r.objective for r in results):
         chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
                                  placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
         left = time_limit - (time.monotonic() - t0) - BUDGET.split_bound_share * time_limit
         results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
                                      progress=progress))
-    found = min(results, key=lambda r: r.objective)
-    return _bound_over_recompute(request, _fewer_microbatches(found) if per_microbatch else found, t0 + time_limit)
+    chosen = min(results, key=lambda r: r.objective)
+    return _bound_over_recompute(request, _fewer_microbatches(chosen) if per_microbatch else chosen, t0 + time_limit)
 
 
 def _fewer_microbatches(result: SolveResult) -> SolveResult:
