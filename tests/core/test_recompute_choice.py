@@ -89,3 +89,39 @@ def test_solve_reports_what_recompute_does_per_rank(naive, tmp_path: Path) -> No
     # Under the paper's accounting too: what W needs is held from I until W, more than F kept.
     paper = json.loads(runner.invoke(app, [*args, "--recompute", "full", "--memory-model", "paper"]).stdout)
     assert paper["memory_model"] == "paper" and all(row.get("recomputed") for row in paper["partition"]["ranks"])
+
+
+def _per_microbatch(schedule, entries):
+    partition = {**(schedule.meta.get("partition") or {}), "recompute_microbatches": entries}
+    return replace(schedule, meta={**schedule.meta, "partition": partition})
+
+
+def test_a_plan_may_recompute_only_some_microbatches(naive) -> None:
+    """Each microbatch is costed as it runs: with recompute on the chunks and microbatches the plan lists,
+    as profiled on the others; recomputing none is the plan without recompute, all the plan with it."""
+    full = with_recompute(naive, {"layers.0": "full", "layers.3": "full"})
+    schedule = generate("1f1b", 2, 4)
+    every, none = simulate(schedule, full), simulate(schedule, naive)
+    assert simulate(_per_microbatch(schedule, [None, None]), full).makespan == every.makespan
+    kept = simulate(_per_microbatch(schedule, [[], []]), full)
+    assert kept.makespan == pytest.approx(none.makespan)
+    assert [kept.peak_memory(r) for r in range(2)] == pytest.approx([none.peak_memory(r) for r in range(2)])
+    some = simulate(_per_microbatch(schedule, [[0, 1], None]), full)
+    assert none.makespan < some.makespan < every.makespan
+    assert every.peak_memory(0) < some.peak_memory(0) <= none.peak_memory(0)
+    assert some.peak_memory(1) == pytest.approx(every.peak_memory(1))
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([None], " must list one entry per chunk (2)"),
+    ("all", " must list one entry per chunk (2)"),
+    ([[4], None], "[0] must list microbatch indices from 0 to 3, each once"),
+    ([None, [1, 1]], "[1] must list microbatch indices from 0 to 3, each once"),
+    ([None, [True]], "[1] must list microbatch indices from 0 to 3, each once"),
+])
+def test_a_malformed_per_microbatch_choice_is_one_line_error(naive, entries, message) -> None:
+    from zbsearch.core.errors import ScheduleError
+    with pytest.raises(ScheduleError) as err:
+        simulate(_per_microbatch(generate("1f1b", 2, 4), entries), naive)
+    assert f"meta.partition.recompute_microbatches{message}" in str(err.value)
+    assert "\n" not in str(err.value)

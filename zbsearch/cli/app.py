@@ -255,7 +255,7 @@ def solve(
 
         if partition is not None:
             result = split.solve_split(prof, p, partition, placement, auto, mem_limit, objective, headroom, time_limit,
-                                       workers, seed, on_event, (recompute or "").strip() == "auto")
+                                       workers, seed, on_event, (recompute or "").strip())
         else:
             result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
                                              progress=on_event)

@@ -14,11 +14,13 @@ import typer
 from ..core.errors import ZbsearchError
 from ..core.profile import load_profile
 from ..interop.formats.export import FORMATS, NEEDS_PROFILE, NEEDS_SPLIT, export_files
+from ..interop.formats.layer_split import split_of
+from ..interop.formats.megatron_recompute import megatron_recompute
 from ..interop.formats.torchtitan import CHECKED, resolve_version
-from .console import stdout_console
+from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
-from .levers import warn_paper_accounting, warn_recompute_not_applied
+from .levers import warn_every_microbatch, warn_paper_accounting
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
 from ..sim.validate import validate
@@ -91,8 +93,8 @@ def export_command(
                             "--uniform F,B,W")
     if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
         warn_paper_accounting(problem, f"--format {fmt}")
-    if fmt == "megatron-layout":
-        warn_recompute_not_applied(schedule, f"--format {fmt}")
+    if fmt == "torchtitan":
+        warn_every_microbatch(schedule, "torchtitan")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
     with naming_subjects({"--torchtitan": "torchtitan version"}):
@@ -111,7 +113,11 @@ def export_command(
         vpp = schedule.placement.num_chunks // schedule.num_ranks
         out.print(f"Megatron-LM arguments: {paths[0].read_text().strip()}\nMegatron derives {vpp} virtual stage(s) per "
                   "rank from the layout (leave --num-virtual-stages-per-pipeline-rank out) and runs its own 1F1B "
-                  "order: only the split comes from this schedule.", soft_wrap=True, markup=False)
+                  "order: only the split, and the recompute where the plan has one, come from this "
+                  "schedule.", soft_wrap=True, markup=False)
+        statement = megatron_recompute(schedule, split_of(schedule, problem)).statement
+        if statement is not None:  # the plan's memory is not what Megatron will hold
+            print_warning(statement)
 
 
 def import_command(

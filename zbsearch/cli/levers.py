@@ -12,22 +12,25 @@ import typer
 from ..core.errors import ZbsearchError
 from ..core.ir import Schedule
 from ..core.profile import Profile
-from ..core.recompute_choice import parse_recompute, with_recompute
+from ..core.recompute_choice import levels_for_every_microbatch, parse_recompute, with_recompute
 from ..core.sharding import Sharding, shard_profile
 from .console import print_warning
 from .options import PROBLEM_PANEL, naming_subjects
 from .params import parse_memory_model
 
+AUTO_RECOMPUTE = ("auto", "auto-layers")  # the search chooses (search/partition/recompute.py)
 MemoryModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
     help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
          "profiler) or paper (the Zero Bubble paper's). Default: keep the profile's.")]
 RecomputeOpt = Annotated[Optional[str], typer.Option(
-    "--recompute", metavar="none|auto|full|selective|fixed:NAME[=LEVEL],...", rich_help_panel=PROBLEM_PANEL,
-    show_default=False,
+    "--recompute", metavar="none|auto|auto-layers|full|selective|fixed:NAME[=LEVEL],...",
+    rich_help_panel=PROBLEM_PANEL, show_default=False,
     help="Activation recompute, from the profile's per-layer options: auto (the search chooses which layers each "
-         "rank recomputes, with the split and the schedule), full or selective on every layer that lists it, or "
-         "fixed: the named layers (first..last ranges; =full, the default, or =selective). Default: none.",
+         "rank recomputes, with the split and the schedule, and which microbatches need it), auto-layers (the "
+         "same on every microbatch: what torchtitan and Megatron run), full or selective on every layer that "
+         "lists it, or fixed: the named layers (first..last ranges; =full, the default, or =selective). "
+         "Default: none.",
 )]
 DpShardOpt = Annotated[Optional[int], typer.Option(
     "--dp-shard", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
@@ -55,7 +58,7 @@ def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model:
             prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
     if recompute is None or recompute.strip() == "none":
         return prof
-    if recompute.strip() == "auto" and prof.layers is not None:
+    if recompute.strip() in AUTO_RECOMPUTE and prof.layers is not None:
         return prof  # the search chooses (search/partition/recompute.py)
     if prof.layers is None:
         raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
@@ -81,3 +84,14 @@ def warn_recompute_not_applied(schedule: Schedule, what: str) -> None:
         print_warning(f"schedule {schedule.name!r} was planned recomputing {len(levels)} layer(s) ({names[0]} ... "
                       f"{names[-1]}, meta.partition.recompute); {what} does not recompute yet, so memory and time "
                       "will be those of the plan without recompute")
+
+
+def warn_every_microbatch(schedule: Schedule, what: str) -> None:
+    """Say when a plan recomputes only some microbatches of a chunk, which `what` (a trainer that recomputes
+    a layer for every microbatch) cannot express."""
+    _, partial = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
+                                             schedule.num_microbatches)
+    if partial:
+        print_warning(f"schedule {schedule.name!r} recomputes only some microbatches on chunk(s) "
+                      f"{', '.join(map(str, partial))} (meta.partition.recompute_microbatches); {what} recomputes "
+                      "every microbatch of those layers: no more memory than the plan, more time")

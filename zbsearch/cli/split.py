@@ -16,6 +16,7 @@ from ..search.partition.search import SplitRequest, search_splits
 from ..search.solve.driver import Progress, SolveResult
 from ..search.partition.report import layer_range
 from .options import naming, naming_subjects
+from .levers import AUTO_RECOMPUTE
 
 
 def has_layers(path: Path | None, uniform: object) -> bool:
@@ -40,14 +41,16 @@ def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profi
 def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
                 mem_limit: str, objective: str,
                 headroom: float, time_limit: float, workers: int, seed: int,
-                progress: "callable[[Progress], None] | None", recompute_auto: bool = False) -> SolveResult:
+                progress: "callable[[Progress], None] | None", recompute: str = "none") -> SolveResult:
     names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
     request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
     # Innermost first: an error about the counts is --partition's even when it quotes the placement.
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
-        search = search_with_recompute if recompute_auto else search_splits
-        return search(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        if recompute in AUTO_RECOMPUTE:  # the search chooses the levels (and, auto, the microbatches)
+            return search_with_recompute(request, time_limit=time_limit, workers=workers, seed=seed,
+                                         progress=progress, per_microbatch=recompute == "auto")
+        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
 
 
 def split_table(result: SolveResult) -> Table:
@@ -60,7 +63,7 @@ def split_table(result: SolveResult) -> Table:
                   title_justify="left")
     recompute = any("recomputed" in row for row in facts["ranks"])
     for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits") + \
-            (("recomputed", "+time", "saved F->I") if recompute else ()):
+            (("recomputed", "microbatches", "+time", "saved F->I") if recompute else ()):
         table.add_column(col, justify="left" if col == "layers" else "right",
                          overflow="fold" if col == "layers" else "ellipsis")
     for row in facts["ranks"]:
@@ -76,14 +79,14 @@ def split_table(result: SolveResult) -> Table:
 
 
 def _recompute_cells(row: dict, show: Any) -> list[str]:
-    """A rank's recompute: how many layers at which level, the time it adds per iteration, the bytes it
-    saves from F until I per microbatch."""
+    """A rank's recompute: how many layers at which level, how many microbatches recompute on each of its
+    chunks, the time it adds per iteration, the bytes it saves from F until I per recomputed microbatch."""
     chosen = row.get("recomputed", [])
     if not chosen:
-        return ["-", "-", "-"]
+        return ["-", "-", "-", "-"]
     levels = sorted({c["level"] for c in chosen})
-    return [f"{len(chosen)} ({'/'.join(levels)})", fmt_number(row["recompute_time"]),
-            show(row["recompute_saved_bytes"])]
+    return [f"{len(chosen)} ({'/'.join(levels)})", "\n".join(map(str, row["recomputed_microbatches"])),
+            fmt_number(row["recompute_time"]), show(row["recompute_saved_bytes"])]
 
 
 def bound_line(result: SolveResult) -> str:

@@ -75,6 +75,8 @@ def running_cost(cost: "StageCost", overhead: float, memory_model: str) -> "Stag
     """A chunk's cost as it runs: `overhead` added to every action (once to a fused backward and to an
     overlapped pair), and its memory under `memory_model`. Under torch-runtime mem_W may exceed mem_B:
     I then adds mem_W - mem_B at its end (sim.rank_state.memory_delta)."""
+    if cost.without_recompute is not None:
+        cost = replace(cost, without_recompute=running_cost(cost.without_recompute, overhead, memory_model))
     if memory_model == "torch-runtime":
         held_b, held_w = torch_memory(cost)
         cost = replace(cost, mem_B=held_b, mem_W=held_w, mem_kept=cost.mem_kept_torch)

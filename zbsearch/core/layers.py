@@ -47,6 +47,9 @@ class Layer:
     recompute: tuple[RecomputeOption, ...] = ()  # the ways to rebuild its activations in the backward
     # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # A layer run at a recompute level (core/recompute_choice.recomputed): the layer as profiled, what a
+    # microbatch that keeps its activations costs (per-microbatch recompute). Never written.
+    as_profiled: "Layer | None" = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def BW(self) -> float:

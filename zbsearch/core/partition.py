@@ -133,6 +133,7 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
         full_backward=math.fsum(layer.BW for layer in group) if fused else None,
         static_bytes=chunk_static(group),
         mem_B_torch=torch_b, mem_W_torch=torch_w, mem_kept_torch=kept,
+        without_recompute=summed([layer.as_profiled or layer for layer in group], loss, first) if recomputed else None,
     )
 
 
@@ -142,9 +143,12 @@ def _add(a: StageCost, b: StageCost) -> StageCost:
     def both(x: float | None, y: float | None) -> float | None:
         return None if x is None or y is None else x + y
 
+    kept = None if a.without_recompute is None and b.without_recompute is None else \
+        _add(a.for_microbatch(False), b.for_microbatch(False))
     return StageCost(a.F + b.F, a.B + b.B, a.W + b.W, a.mem_B + b.mem_B, a.mem_W + b.mem_W, fb,
                      (a.static_bytes or 0.0) + (b.static_bytes or 0.0), None,
-                     both(a.mem_B_torch, b.mem_B_torch), both(a.mem_W_torch, b.mem_W_torch))
+                     both(a.mem_B_torch, b.mem_B_torch), both(a.mem_W_torch, b.mem_W_torch),
+                     without_recompute=kept)
 
 
 def _rank_stages(chunks: Sequence[StageCost], placement: Placement) -> tuple[StageCost, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from .errors import ProfileError
+from .errors import ProfileError, ScheduleError
 from .partition import layers_by_stage, summed
 from .profile import Profile
 from .recompute import LEVELS, RecomputeOption
@@ -39,7 +39,7 @@ def recomputed(layer: Any, level: str) -> Any:
     return replace(layer, B=layer.B + extra_b, W=layer.W + extra_w,
                    full_backward=None if layer.full_backward is None else layer.full_backward + option.time,
                    mem_B=option.mem_B, mem_W=layer.mem_W, mem_B_torch=option.mem_B,
-                   mem_W_torch=option.mem_W, mem_kept_torch=kept, recompute=(),
+                   mem_W_torch=option.mem_W, mem_kept_torch=kept, recompute=(), as_profiled=layer,
                    details={**layer.details, "recomputed": {"level": level, "time": option.time,
                                                             "saved_from_f": held_from_f(layer) - option.mem_B}})
 
@@ -49,13 +49,55 @@ def held_from_f(layer: Any) -> float:
     return layer.mem_B_torch if layer.mem_B_torch is not None else layer.mem_B
 
 
-def recompute_facts(layers: Sequence[Any], microbatches: int) -> dict[str, Any]:
-    """What recompute does on a chunk or rank of these layers: the layers recomputed (with their level),
-    the time it adds per iteration (all microbatches) and the bytes it saves from F until I per microbatch."""
-    chosen = [(layer.name, layer.details["recomputed"]) for layer in layers if "recomputed" in layer.details]
-    return {"recomputed": [{"layer": name, "level": info["level"]} for name, info in chosen],
-            "recompute_time": microbatches * sum(info["time"] for _, info in chosen),
-            "recompute_saved_bytes": sum(info["saved_from_f"] for _, info in chosen)}
+def recompute_facts(chunks: Sequence[Sequence[Any]], recomputing: Sequence[int]) -> dict[str, Any]:
+    """What recompute does on a rank: the layers of its chunks recomputed (with their level), how many
+    microbatches recompute on each chunk (`recomputing`, one count per chunk; a plan may recompute only
+    some), the time it adds per iteration, and the bytes it saves from F until I per recomputed microbatch."""
+    chosen = [[(layer.name, layer.details["recomputed"]) for layer in layers if "recomputed" in layer.details]
+              if count else [] for layers, count in zip(chunks, recomputing)]
+    return {"recomputed": [{"layer": name, "level": info["level"]} for mine in chosen for name, info in mine],
+            "recomputed_microbatches": [count if mine else 0 for mine, count in zip(chosen, recomputing)],
+            "recompute_time": sum(count * info["time"] for mine, count in zip(chosen, recomputing) for _, info in mine),
+            "recompute_saved_bytes": sum(info["saved_from_f"] for mine in chosen for _, info in mine)}
+
+
+MICROBATCHES_KEY = "recompute_microbatches"  # in a plan's meta.partition
+
+
+def recompute_microbatches(meta: Mapping[str, Any], name: str, num_chunks: int,
+                           microbatches: int) -> tuple[frozenset[int] | None, ...] | None:
+    """Per chunk, the microbatches a plan recomputes on it (`meta.partition.recompute_microbatches`: one
+    entry per global chunk, a list of microbatch indices or null for all of them); None when the plan
+    recomputes every microbatch. The chunk's other microbatches keep their activations.
+
+    Raises
+    ------
+    ScheduleError
+        The entry is not one list (or null) per chunk of microbatch indices in range, each once.
+    """
+    raw = (meta.get("partition") or {}).get(MICROBATCHES_KEY) if isinstance(meta.get("partition"), dict) else None
+    if raw is None:
+        return None
+    field = f"schedule {name!r} meta.partition.{MICROBATCHES_KEY}"
+    if not isinstance(raw, list) or len(raw) != num_chunks:
+        raise ScheduleError(f"{field} must list one entry per chunk ({num_chunks}): each a list of microbatch "
+                            "indices that recompute, or null for all of them")
+    out: list[frozenset[int] | None] = []
+    for c, entry in enumerate(raw):
+        if entry is None:
+            out.append(None)
+            continue
+        ok = isinstance(entry, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in entry)
+        if not ok or len(set(entry)) != len(entry) or any(not 0 <= i < microbatches for i in entry):
+            raise ScheduleError(f"{field}[{c}] must list microbatch indices from 0 to {microbatches - 1}, each "
+                                "once (or be null for all of them)")
+        out.append(frozenset(entry))
+    return tuple(out)
+
+
+def microbatches_meta(chosen: Sequence[frozenset[int] | None]) -> list[list[int] | None]:
+    """`recompute_microbatches` as a plan's meta writes it (the inverse of recompute_microbatches)."""
+    return [None if entry is None else sorted(entry) for entry in chosen]
 
 
 def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
@@ -72,7 +114,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     if value in LEVELS:
         return {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
     if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
-        raise ProfileError(f"recompute {text!r} is not known: use none, auto, full, selective or fixed:NAME[=LEVEL],... "
+        raise ProfileError(f"recompute {text!r} is not known: use none, auto, auto-layers, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
     names = [x.name for x in layers]
     chosen: dict[str, str] = {}
@@ -119,3 +161,21 @@ def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = 
     grouped = layers_by_stage(profile, layers, "recompute sums its stages from their layers")
     stages = tuple(summed(group, k == len(grouped) - 1, k == 0) for k, group in enumerate(grouped))
     return replace(profile, layers=layers, stages=stages)
+
+
+def levels_for_every_microbatch(meta: Mapping[str, Any], name: str, num_chunks: int,
+                                microbatches: int) -> tuple[dict[str, str], list[int]]:
+    """What a trainer that recomputes a layer for every microbatch (torchtitan, Megatron) runs of a plan:
+    the plan's levels (meta.partition.recompute) less the layers of chunks on which no microbatch
+    recomputes, and the chunks that recompute only some of their microbatches. There such a trainer
+    recomputes them all: more time than the plan, no more memory."""
+    partition = meta.get("partition") if isinstance(meta.get("partition"), dict) else {}
+    levels = dict(partition.get("recompute") or {})
+    chosen = recompute_microbatches(meta, name, num_chunks, microbatches)
+    chunks = partition.get("chunks") or []
+    if chosen is None or len(chunks) != num_chunks:
+        return levels, []
+    idle = {layer for c, entry in enumerate(chosen) if entry is not None and not entry for layer in chunks[c]}
+    partial = [c for c, entry in enumerate(chosen)
+               if entry and len(entry) < microbatches and any(layer in levels for layer in chunks[c])]
+    return {layer: level for layer, level in levels.items() if layer not in idle}, partial

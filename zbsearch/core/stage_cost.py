@@ -27,6 +27,14 @@ class StageCost:
     mem_kept_torch: float | None = None
     # Resolved by the memory model (calibration.running_cost): held after W until the iteration ends.
     mem_kept: float | None = None
+    # On a chunk with recomputed layers (core/recompute_choice.py): its cost for a microbatch that keeps its
+    # activations, i.e. its layers as profiled, so that a plan may recompute only some microbatches. None
+    # when nothing on the chunk is recomputed. Never written.
+    without_recompute: "StageCost | None" = None
+
+    def for_microbatch(self, recomputes: bool) -> "StageCost":
+        """The cost of one microbatch that recomputes (this cost) or keeps its activations."""
+        return self if recomputes or self.without_recompute is None else self.without_recompute
 
     @property
     def BW(self) -> float:
@@ -47,7 +55,8 @@ class StageCost:
             self.F * share, self.B * share, self.W * share, self.mem_B * share, self.mem_W * share,
             part(self.full_backward), part(self.static_bytes), part(self.overlap_f_b),
             part(self.mem_B_torch), part(self.mem_W_torch), part(self.mem_kept_torch), part(self.mem_kept),
+            None if self.without_recompute is None else self.without_recompute.scaled(share),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "mem_kept"}
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in ("mem_kept", "without_recompute")}

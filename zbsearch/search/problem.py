@@ -58,6 +58,9 @@ class Problem:
     num_microbatches: int
     limit: MemoryLimit
     objective: Objective = Objective.MAKESPAN  # a word ("span") is taken and read as its member
+    # Per chunk, the microbatches that run its recomputed layers with recompute (None: all of them); the
+    # others keep their activations (StageCost.without_recompute). None: every microbatch recomputes.
+    recompute_microbatches: tuple[frozenset[int] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective.parse(self.objective))
@@ -80,6 +83,12 @@ class Problem:
         profile's memory model applied), read from the profile once: every engine reads these."""
         return tuple(self.profile.chunk_cost(self.placement, c) for c in range(self.placement.num_chunks))
 
+    def cost_of(self, chunk: int, microbatch: int) -> StageCost:
+        """One microbatch's cost on a chunk: the chunk's, or its cost without recompute where the plan keeps
+        that microbatch's activations (recompute_microbatches)."""
+        chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
+        return self.chunk_costs[chunk].for_microbatch(chosen is None or microbatch in chosen)
+
     @cached_property
     def hops(self) -> dict[tuple[int, int], float]:
         """Time between two chunks adjacent on some route, either way (Profile.hop), for every such pair:
@@ -99,13 +108,13 @@ class Problem:
         """Every F, B and W of every microbatch on every chunk of its route, each microbatch's passes
         in dependency order."""
         out = []
-        m, pl, costs, hops = self.num_microbatches, self.placement, self.chunk_costs, self.hops
+        m, pl, hops = self.num_microbatches, self.placement, self.hops
         for i in range(m):
             route = pl.route(i, m)
             # Producers before consumers: forwards down the route, backwards up it, then the Ws.
             order = [(c, Kind.F) for c in route] + [(c, Kind.B) for c in reversed(route)] + [(c, Kind.W) for c in route]
             for c, kind in order:
-                cost = costs[c]
+                cost = self.cost_of(c, i)
                 a = Action(c, kind, i)
                 ins = tuple((_producer(key), hop) for key, hop in route_inputs(route, a, lambda x, y: hops[(x, y)]))
                 alloc, free = memory_delta(cost, kind)
@@ -156,9 +165,12 @@ def on_grid(problem: Problem, step: float) -> Problem:
         return float(math.floor(x / step + 1e-9))
 
     prof = problem.profile
-    chunks = []
-    for cost in problem.chunk_costs:
-        chunks.append(StageCost(down(cost.F), down(cost.B), down(cost.W), cost.mem_B, cost.mem_W))
+    def grid_cost(cost: StageCost) -> StageCost:
+        kept = cost.without_recompute
+        return StageCost(down(cost.F), down(cost.B), down(cost.W), cost.mem_B, cost.mem_W,
+                         without_recompute=None if kept is None else grid_cost(kept))
+
+    chunks = [grid_cost(cost) for cost in problem.chunk_costs]
     # The chunks already carry the overhead and the memory model: the grid profile must not add them again.
     grid_profile = replace(prof, chunks=tuple(chunks), comm=tuple(down(c) for c in prof.comm),
                            time_unit=f"{step:g} {prof.time_unit}", action_overhead=0.0, memory_model="paper")

@@ -22,10 +22,11 @@ from typing import Callable, Iterator, Sequence
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
 from ..core.profile import Profile
+from ..core.recompute_choice import recompute_microbatches
 from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
 
-__all__ = ["Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
+__all__ = ["PassCosts", "Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -98,17 +99,40 @@ class Timeline:
             yield from rank
 
 
-def pass_cost(costs: Sequence[StageCost], action: Action) -> float:
-    """Duration of one action, given every chunk's cost (see chunk_costs)."""
+@dataclass(frozen=True)
+class PassCosts:
+    """Every chunk's per-microbatch cost under a schedule's placement (`costs[chunk]`), and each pass's
+    (`of`): its chunk's, or the chunk's cost without recompute for a microbatch the plan keeps the
+    activations of (meta.partition.recompute_microbatches; core/recompute_choice.py)."""
+
+    chunks: tuple[StageCost, ...]
+    recomputing: tuple[frozenset[int] | None, ...] | None = None
+
+    def __getitem__(self, chunk: int) -> StageCost:
+        return self.chunks[chunk]
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def of(self, action: Action) -> StageCost:
+        chosen = None if self.recomputing is None else self.recomputing[action.chunk]
+        return self.chunks[action.chunk].for_microbatch(chosen is None or action.microbatch in chosen)
+
+
+def pass_cost(costs: PassCosts, action: Action) -> float:
+    """Duration of one action, given every pass's cost (see chunk_costs)."""
     if action.kind is Kind.OVERLAP:
-        return overlap_time((costs[a.chunk], a.kind) for a in action.pair)
-    c = costs[action.chunk]
+        return overlap_time((costs.of(a), a.kind) for a in action.pair)
+    c = costs.of(action)
     return {Kind.F: c.F, Kind.B: c.B, Kind.W: c.W, Kind.FULL_B: c.BW}[action.kind]
 
 
-def chunk_costs(schedule: Schedule, profile: Profile) -> list[StageCost]:
-    """Every chunk's per-microbatch cost under this placement, computed once per simulation."""
-    return [profile.chunk_cost(schedule.placement, c) for c in range(schedule.placement.num_chunks)]
+def chunk_costs(schedule: Schedule, profile: Profile) -> PassCosts:
+    """Every chunk's per-microbatch cost under this placement, and the microbatches the plan recomputes,
+    computed once per simulation."""
+    chunks = tuple(profile.chunk_cost(schedule.placement, c) for c in range(schedule.placement.num_chunks))
+    return PassCosts(chunks, recompute_microbatches(schedule.meta, schedule.name, len(chunks),
+                                                    schedule.num_microbatches))
 
 
 def dependencies(schedule: Schedule, profile: Profile | None, action: Action) -> list[tuple[tuple[int, str, int], float]]:
@@ -197,7 +221,7 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
     return Timeline(schedule, profile, tuple(tuple(s) for s in slots), _memory_curves(costs, slots))
 
 
-def _memory_curves(costs: Sequence[StageCost], slots: list[list[Slot]]):
+def _memory_curves(costs: PassCosts, slots: list[list[Slot]]):
     curves = []
     for rank_slots in slots:
         level = 0.0
@@ -205,12 +229,12 @@ def _memory_curves(costs: Sequence[StageCost], slots: list[list[Slot]]):
         for slot in rank_slots:
             passes = slot.action.passes()
             for a in passes:
-                alloc, _ = memory_delta(costs[a.chunk], a.kind)
+                alloc, _ = memory_delta(costs.of(a), a.kind)
                 if alloc:
                     level += alloc
                     curve.append((slot.start, level, a))
             for a in passes:
-                _, freed = memory_delta(costs[a.chunk], a.kind)
+                _, freed = memory_delta(costs.of(a), a.kind)
                 if freed:
                     level -= freed
                     curve.append((slot.end, level, a))

@@ -79,3 +79,65 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     assert auto.lower_bound <= auto.objective
     assert auto.schedule.meta["partition"]["recompute"]
     assert auto.details.partition.rule == auto.details.partition.facts["rule"] == "auto"  # not the polish's fixed:
+
+
+def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
+    """Four blocks on two ranks at a cap that holds a rank's blocks for few microbatches: the plan
+    recomputes on rank 0 only some microbatches (the drain keeps its activations), says so per rank, and
+    the plan file, validated on the profile, is costed as the search costed it."""
+    from typer.testing import CliRunner
+
+    from zbsearch.cli.app import app
+
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
+    auto = search_with_recompute(request, time_limit=12)
+    chosen = auto.schedule.meta["partition"]["recompute_microbatches"]
+    counts = [n for row in auto.details.partition.facts["ranks"] for n in row.get("recomputed_microbatches", [])]
+    assert any(0 < n < 8 for n in counts), (chosen, counts)
+    recomputing = sum(len(entry) if entry is not None else 8 for entry in chosen)
+    every = search_splits(replace_request(request, auto), time_limit=6)
+    assert auto.objective < every.objective  # the same levels on every microbatch cost more
+    assert recomputing < 8 * sum(1 for entry in chosen if entry != [])
+    prof.save(tmp_path / "p.json")
+    auto.schedule.save(tmp_path / "plan.json")
+    out = CliRunner().invoke(app, ["validate", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "p.json"),
+                                   "--mem-limit", "16GiB"])
+    assert out.exit_code == 0, out.output
+    assert f"makespan {auto.objective:.4g} unit; within --mem-limit 16GiB" in out.stdout
+
+
+def replace_request(request, result):
+    """The request with the result's levels applied to every microbatch, on its split and placement."""
+    from dataclasses import replace
+    levels = result.schedule.meta["partition"]["recompute"]
+    counts = ",".join(str(len(c)) for c in result.schedule.meta["partition"]["chunks"])
+    return replace(request, profile=with_recompute(request.profile, levels, restage=False), rule="fixed:" + counts)
+
+
+def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> None:
+    """auto-layers (what torchtitan and Megatron run) chooses layers only; with the two joint searches
+    given, auto walks from them and is never slower than either."""
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
+    plain = search_splits(request, time_limit=4)
+    from zbsearch.search.partition.recompute import everything
+    full = search_splits(everything(request), time_limit=4)
+    layers = search_with_recompute(request, time_limit=6, per_microbatch=False, starts=(plain, full))
+    assert "recompute_microbatches" not in layers.schedule.meta["partition"]
+    assert layers.objective <= min(plain.objective, full.objective) + 1e-9
+    chosen = search_with_recompute(request, time_limit=6, starts=(plain, full))
+    assert chosen.objective <= min(plain.objective, full.objective) + 1e-9
+    assert chosen.lower_bound <= chosen.objective
+
+
+def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "10GiB", "makespan")
+    from zbsearch.search.partition.recompute import joint
+    without = joint(request, time_limit=3)
+    assert isinstance(without, InfeasibleError) and "raise the limit to at least that" in str(without)
+    assert "10.6 GiB" in str(without)  # the least cap without recompute
+    auto = search_with_recompute(request, time_limit=6)
+    assert auto.schedule.meta["partition"]["recompute"]
+    assert all(row["fits"] for row in auto.details.partition.facts["ranks"])

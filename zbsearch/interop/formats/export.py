@@ -21,8 +21,9 @@ Formats (see FORMATS):
   for 0.2 the `[parallelism]` TOML table (suffix .toml); see torchtitan.py. Needs the layer split
   (interop/formats/layer_split.py), which must name every module of torchtitan's model once.
 - megatron-layout: Megatron-LM's pipeline arguments on one line: pipeline size, the layout string
-  (`Et*3|t*4|...|ttL`) and the decoder (and MTP) layer counts. Needs the layer split; linear and
-  interleaved placements only.
+  (`Et*3|t*4|...|ttL`), the decoder (and MTP) layer counts, and the plan's recompute flags where
+  Megatron can express them (megatron_recompute.py). Needs the layer split; linear and interleaved
+  placements only.
 
 Every export validates the schedule first (structure, completeness, deadlock; times with a profile)
 and renders the whole file in memory before writing it atomically, so a failed export leaves no file.
@@ -40,6 +41,7 @@ from ...core.errors import ScheduleError, ZbsearchError
 from ...core.fileio import write_atomic
 from ...core.ir import Action, Kind, Schedule
 from ...core.profile import Profile
+from ...core.recompute_choice import levels_for_every_microbatch
 from ...sim.simulate import Timeline
 from ...sim.validate import validate
 from .layer_split import split_of
@@ -54,7 +56,8 @@ FORMATS: dict[str, str] = {
     "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
     "torchtitan": "torch-csv at FILE plus torchtitan's config beside it: FILE's name with .py (main: "
                   "apply_pipeline(config)) or .toml (0.2: the [parallelism] table) (needs the layer split)",
-    "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts (needs the layer split)",
+    "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts, the plan's recompute "
+                       "where Megatron can express it (needs the layer split)",
 }
 NEEDS_PROFILE = ("json", "chrome-trace")
 NEEDS_SPLIT = ("torchtitan", "megatron-layout")
@@ -270,7 +273,8 @@ def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profil
         raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its config beside it with the "
                             f"suffix {config.suffix}: name the CSV file with another suffix, e.g. schedule.csv")
     text = render(schedule, "torch-csv", profile)
-    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
+    levels, _ = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
+                                            schedule.num_microbatches)
     return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version,
                                                      levels))]
 

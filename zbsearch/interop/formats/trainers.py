@@ -19,6 +19,7 @@ from typing import Sequence
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
 from .layer_split import Split
+from .megatron_recompute import megatron_recompute
 
 # torchtitan's pipeline_parallel_schedule per stage layout: it decides which stages each rank builds.
 TORCHTITAN_LOOP = {True: "1F1B", False: "Interleaved1F1B"}
@@ -147,11 +148,14 @@ def megatron_layout(schedule: Schedule, split: Split) -> str:
 
 def megatron_args(schedule: Schedule, split: Split) -> str:
     """The Megatron-LM arguments for `split`, shell-quoted on one line: pipeline size, layout, decoder
-    layer count (and MTP layer count). Megatron derives the virtual stages per rank from the layout."""
+    layer count (and MTP layer count), and the plan's recompute where Megatron can express it
+    (megatron_recompute.py; where it cannot, its statement says so and no recompute flag is written).
+    Megatron derives the virtual stages per rank from the layout."""
     layout = megatron_layout(schedule, split)
     kinds = [k for ks in split.kinds for k in ks]
     args = ["--pipeline-model-parallel-size", str(schedule.num_ranks), "--pipeline-model-parallel-layout", layout,
             "--num-layers", str(kinds.count("decoder"))]
     if "mtp" in kinds:
         args += ["--mtp-num-layers", str(kinds.count("mtp"))]
+    args += megatron_recompute(schedule, split).flags
     return " ".join(shlex.quote(a) for a in args) + "\n"

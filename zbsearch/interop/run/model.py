@@ -28,7 +28,8 @@ from ...core.ir import Schedule
 from ...core.layers import Layer
 from ...core.partition import summed
 from ...core.profile import Profile
-from ...core.recompute_choice import with_recompute
+from ...core.stage_cost import StageCost
+from ...core.recompute_choice import recompute_microbatches, with_recompute
 from ...profiling.partition import linear_partition
 from ...profiling.request import GptShape
 
@@ -55,7 +56,7 @@ class ModelPlan:
     sys_path: tuple[str, ...] = ()  # where the launcher found a factory's module; the workers look there too
     recompute: tuple[tuple[str, str], ...] = ()  # (layer name, full or selective): the plan's recomputed layers
     # per global chunk, the microbatches whose passes recompute that chunk's layers; None: all of them
-    recompute_microbatches: tuple[tuple[int, ...] | None, ...] | None = None
+    recompute_microbatches: tuple[frozenset[int] | None, ...] | None = None
 
     @property
     def tolerance(self) -> float:
@@ -207,7 +208,7 @@ def plan_profiled_model(schedule: Schedule, profile: Profile, check: bool | None
 
 
 def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: str,
-                   spec: Any) -> tuple[dict[str, str], tuple[tuple[int, ...] | None, ...] | None]:
+                   spec: Any) -> tuple[dict[str, str], tuple[frozenset[int] | None, ...] | None]:
     """The layers the schedule recomputes (meta.partition.recompute: layer name -> full or selective) and,
     per chunk, the microbatches that recompute it (meta.partition.recompute_microbatches; absent, or None
     for a chunk: every microbatch).
@@ -215,9 +216,11 @@ def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: st
     Raises
     ------
     RunError
-        A level other than full or selective, a layer no chunk holds, selective on a layer without the
-        built-in GPT's unfused attention core, or microbatch lists that do not give one list of valid
-        microbatch indices (or null) per chunk.
+        A level other than full or selective, a layer no chunk holds, or selective on a layer without the
+        built-in GPT's unfused attention core.
+    ScheduleError
+        Microbatch lists that are not one list of microbatch indices (or null) per chunk
+        (core/recompute_choice.recompute_microbatches).
     """
     meta = schedule.meta.get("partition") or {}
     where = f"schedule {schedule.name!r} meta.partition"
@@ -236,24 +239,7 @@ def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: st
         if level == "selective" and name not in blocks:
             raise RunError(f"{where}.recompute gives layer {name!r} level selective, but only the built-in GPT's "
                            "blocks with naive attention have an attention core the run can recompute alone: use full")
-    return dict(levels), _recompute_microbatches(meta.get("recompute_microbatches"), where, len(chunks),
-                                                 schedule.num_microbatches)
-
-
-def _recompute_microbatches(raw: Any, where: str, n: int, m: int) -> tuple[tuple[int, ...] | None, ...] | None:
-    if raw is None:
-        return None
-    fix = f"give one list of microbatch indices (0..{m - 1}) or null per chunk"
-    if not isinstance(raw, list) or len(raw) != n:
-        raise RunError(f"{where}.recompute_microbatches must list {n} entries, one per chunk: {fix}")
-    out: list[tuple[int, ...] | None] = []
-    for c, entry in enumerate(raw):
-        ok = entry is None or (isinstance(entry, list) and all(isinstance(k, int) and not isinstance(k, bool)
-                                                               and 0 <= k < m for k in entry))
-        if not ok:
-            raise RunError(f"{where}.recompute_microbatches[{c}] is {entry!r}: {fix}")
-        out.append(None if entry is None else tuple(sorted(set(entry))))
-    return tuple(out)
+    return dict(levels), recompute_microbatches(schedule.meta, schedule.name, len(chunks), schedule.num_microbatches)
 
 
 def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | None) -> tuple[Profile, str]:
@@ -262,8 +248,8 @@ def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | No
     The profile itself when the chunks are its stages and nothing is recomputed (or no plan); else
     per-chunk sums of its per-layer costs (stage 0 costed as torch runs it when the profile was: I empty,
     W the whole backward); else, without per-layer costs, each rank's stage split evenly over its chunks.
-    The plan's recompute levels apply to every microbatch: the simulator has no per-microbatch costs, so a
-    plan that recomputes only some microbatches is predicted as if all did.
+    The plan's recompute levels apply where it recomputes: each chunk also carries its cost without them,
+    which the simulator gives the microbatches the plan does not recompute (meta.partition.recompute_microbatches).
     """
     stages = (profile.details.get("partition") or {}).get("layers_per_stage")
     if plan is not None and plan.recompute and profile.layers is not None:
@@ -278,10 +264,17 @@ def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | No
     out = [summed([costs[x] for x in chunk], c == len(plan.chunks) - 1, c == 0) for c, chunk in enumerate(plan.chunks)]
     if profile.details.get("torch_stage0"):  # I does nothing on stage 0: W runs the whole backward
         group = [costs[x] for x in plan.chunks[0]]
-        torch_b, torch_w = torch_chunk_memory(
-            [x.mem_B if x.mem_B_torch is None else x.mem_B_torch for x in group], [], group[-1].out_bytes, True)
-        out[0] = replace(out[0], B=0.0, W=out[0].BW, mem_W=out[0].mem_B, mem_B_torch=torch_b, mem_W_torch=torch_w)
+        kept = out[0].without_recompute
+        out[0] = replace(_as_torch_stage0(out[0], group), without_recompute=None if kept is None else
+                         _as_torch_stage0(kept, [x.as_profiled or x for x in group]))
     return replace(profile, chunks=tuple(out)), "sums of the profile's per-layer costs over each chunk's layers"
+
+
+def _as_torch_stage0(cost: StageCost, group: Sequence[Layer]) -> StageCost:
+    """The first chunk's cost as torch runs it: no I, W the whole backward, the graph held until W."""
+    torch_b, torch_w = torch_chunk_memory(
+        [x.mem_B if x.mem_B_torch is None else x.mem_B_torch for x in group], [], group[-1].out_bytes, True)
+    return replace(cost, B=0.0, W=cost.BW, mem_W=cost.mem_B, mem_B_torch=torch_b, mem_W_torch=torch_w)
 
 
 def seconds_per_unit(profile: Profile | None) -> float | None:

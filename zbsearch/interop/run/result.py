@@ -12,10 +12,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...core.ir import Kind, Schedule
+from ...core.ir import Action, Kind, Schedule
 from ...core.profile import Profile
 from ...core.stage_cost import StageCost
-from ...sim.simulate import chunk_costs, pass_cost, simulate
+from ...sim.simulate import PassCosts, chunk_costs, pass_cost, simulate
 from .model import predicted_profile, seconds_per_unit
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def _kind_cost(cost: StageCost, kind: str) -> float:
 
 
 def _passes(schedule: Schedule, per_chunk: dict[int, dict[str, list[float]]],
-            costs: list[StageCost] | None, unit_s: float | None) -> list[dict[str, Any]]:
+            costs: PassCosts | None, unit_s: float | None) -> list[dict[str, Any]]:
     rows = []
     for r in range(schedule.num_ranks):
         for c in sorted(schedule.placement.chunks_on(r)):
@@ -118,7 +118,9 @@ def _passes(schedule: Schedule, per_chunk: dict[int, dict[str, list[float]]],
                 row: dict[str, Any] = {"rank": r, "chunk": c, "kind": kind, "count": len(times),
                                        "mean_s": statistics.fmean(times)}
                 if costs is not None:
-                    row["profile"] = _kind_cost(costs[c], kind)
+                    # The mean over the chunk's microbatches: a plan may recompute only some of them.
+                    row["profile"] = statistics.fmean(_kind_cost(costs.of(Action(c, Kind.F, i)), kind)
+                                                      for i in range(schedule.num_microbatches))
                     row["profile_s"] = row["profile"] * unit_s if unit_s is not None else None
                 rows.append(row)
     return rows
@@ -167,7 +169,7 @@ def collect(schedule: Schedule, job: "Job", profile: Profile | None, results: li
     if plan is not None and plan.recompute:
         mbs = plan.recompute_microbatches
         out.details["recompute"] = {
-            "layers": dict(plan.recompute), "microbatches": None if mbs is None else [None if x is None else list(x)
+            "layers": dict(plan.recompute), "microbatches": None if mbs is None else [None if x is None else sorted(x)
                                                                                     for x in mbs],
             "forwards_run_again": [r.get("recomputes", 0) for r in results]}  # per rank, all steps together
     if profile is None:

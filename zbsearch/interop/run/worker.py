@@ -139,7 +139,7 @@ def _instrument(torch: Any, stages: list[Any], record: Callable[[str, int, Any, 
                                               lambda *a, **k: "W", st.stage_index, cuda)
 
 
-def _switched(fn: Callable, switch: Any, microbatches: tuple[int, ...] | None) -> Callable:
+def _switched(fn: Callable, switch: Any, microbatches: frozenset[int] | None) -> Callable:
     """`fn` (a stage's forward_one_chunk, microbatch first) with the chunk's recompute switched on for the
     microbatches that recompute it, off for the others."""
     def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:

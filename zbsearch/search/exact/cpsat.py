@@ -180,7 +180,7 @@ def add_memory(model: cp_model.CpModel, grid: Problem, v: Variables, headroom: i
             a = ps.action
             if ps.rank != r or a.kind is not Kind.F:
                 continue
-            cost = grid.chunk_costs[a.chunk]
+            cost = grid.cost_of(a.chunk, a.microbatch)
             # Demands round down and the limit up, so that the grid model stays a relaxation (its bound
             # holds; rounding demands to nearest refused a microbatch that fills the limit exactly).
             for block, demand, start, until in memory_blocks(cost, a, scale):

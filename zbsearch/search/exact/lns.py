@@ -147,7 +147,6 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
     for ps in grid.passes:
         if ps.action.kind is Kind.F and (ps.action in v.start or ps.action in fixed):
             forwards[ps.rank].append(ps)
-    costs = grid.chunk_costs
     for r in range(grid.num_ranks):
         cap = grid.limit.per_rank[r]
         if math.isinf(cap):
@@ -155,7 +154,7 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
         intervals, demands, held = [], [], 0
         for ps in forwards[r]:
             f = ps.action
-            cost = costs[f.chunk]
+            cost = grid.cost_of(f.chunk, f.microbatch)
             for block, demand, src, until in memory_blocks(cost, f, scale):
                 opened, closed = when(src, src != f), None if until is None else when(until, True)
                 if demand <= 0 or opened is None or (src not in v.start and until is not None and until in fixed):

@@ -39,7 +39,9 @@ from ...core.recompute_choice import held_from_f, option_of, with_recompute
 from ..budget import BUDGET
 from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
-from ..solve.starts import heuristic_start
+from ..solve.microbatch_recompute import recompute_fewer
+from ..solve.starts import Start, heuristic_start
+from .report import split_facts
 from .search import (
     SplitRequest,
     SplitSearch,
@@ -88,14 +90,17 @@ def _rank_layers(request: SplitRequest, placement: Placement, counts: Sequence[i
 
 
 def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placement,
-              counts: Sequence[int]) -> Levels:
-    """The heuristics' best schedule of one split with these levels, and which ranks sit at their cap."""
+              counts: Sequence[int], per_microbatch: bool) -> Levels:
+    """The heuristics' best schedule of one split with these levels (recomputing, with `per_microbatch`,
+    only the microbatches that need it), and which ranks sit at their cap."""
     out = Levels(dict(levels), placement, tuple(counts))
     search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
     try:
         problem = search.problem(placement, counts)
         problem.check_feasible()
         start = heuristic_start(problem)
+        if per_microbatch:
+            problem, start = recompute_fewer(problem, start, validate=False)
     except InfeasibleError:
         return out
     out.objective = start.objective
@@ -133,21 +138,21 @@ def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
     return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
 
 
-def walk(request: SplitRequest, start: Levels, deadline: float) -> Levels:
+def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool) -> Levels:
     """From `start`, take the best step that lowers the objective, then improve the split for the new
     levels, until no step helps or the deadline passes."""
     best = start
     while time.monotonic() < deadline:
-        found = [_evaluate(request, levels, best.placement, best.counts) for levels in _steps(request, best)
-                 if time.monotonic() < deadline]
+        found = [_evaluate(request, levels, best.placement, best.counts, per_microbatch)
+                 for levels in _steps(request, best) if time.monotonic() < deadline]
         step = min(found, key=lambda x: x.objective, default=None)
         if step is None or not step.objective < best.objective * (1 - 1e-9):
             return best
-        best = _resplit(request, step, deadline)
+        best = _resplit(request, step, deadline, per_microbatch)
     return best
 
 
-def _resplit(request: SplitRequest, current: Levels, deadline: float) -> Levels:
+def _resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool) -> Levels:
     """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
     even, balanced or fixed:..., stays as named)."""
     if request.rule.strip().lower() != "auto":
@@ -157,34 +162,83 @@ def _resplit(request: SplitRequest, current: Levels, deadline: float) -> Levels:
     moved = improve_split(search, entry, deadline)
     if moved.counts == current.counts or not moved.objective < current.objective:
         return current
-    return _evaluate(request, current.levels, moved.placement, moved.counts)
+    return _evaluate(request, current.levels, moved.placement, moved.counts, per_microbatch)
+
+
+def all_full(request: SplitRequest) -> dict[str, str]:
+    """Every layer that lists it recomputed in full (the Megatron and torchtitan habit)."""
+    layers = request.profile.layers or ()
+    return _more(layers, {}, len(layers))
+
+
+def everything(request: SplitRequest) -> SplitRequest:
+    """The request with every layer that lists it recomputed in full."""
+    return replace(request, profile=with_recompute(request.profile, all_full(request), restage=False))
+
+
+JointPlan = SolveResult | InfeasibleError  # a joint search's plan, or why no split fits
+
+
+def joint(request: SplitRequest, **options) -> JointPlan:
+    """The joint search's plan (search_splits), or the error saying no split fits."""
+    try:
+        return search_splits(request, **options)
+    except InfeasibleError as exc:
+        return exc
 
 
 def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
-                          progress: Callable[[Progress], None] | None = None) -> SolveResult:
-    """The best plan over splits, placements and recompute levels found within `time_limit` (see the
-    module); never worse than the joint search's plans without recompute and with every layer recomputed
-    that it runs on the way. Its bound holds over every recompute choice."""
+                          progress: Callable[[Progress], None] | None = None, per_microbatch: bool = True,
+                          starts: tuple[JointPlan, JointPlan] | None = None) -> SolveResult:
+    """The best plan over splits, placements and recompute levels (and, with `per_microbatch`, which
+    microbatches recompute) found within `time_limit` (see the module); never worse than the joint
+    search's plans without recompute and with every layer recomputed that it starts from: its own, or
+    `starts` (those two, already searched with `joint`; then `time_limit` is the walk's and the polish's
+    alone). Where no split fits without recompute, it walks from the plan with. Its bound holds over every
+    recompute choice.
+
+    Raises
+    ------
+    InfeasibleError
+        No split fits even with every layer recomputed (the error of that search, naming its least cap).
+    """
     t0 = time.monotonic()
-    share = BUDGET.recompute_plain_share * time_limit
-    plain = search_splits(request, time_limit=share, workers=workers, seed=seed, progress=progress)
-    everything = _more(request.profile.layers or (), {}, len(request.profile.layers or ()))
-    uniform = replace(request, profile=with_recompute(request.profile, everything, restage=False))
-    full = search_splits(uniform, time_limit=share, workers=workers, seed=seed, progress=progress)
-    walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
-    ends = []
-    for levels, start in (({}, plain), (everything, full)):
+    if starts is None:
+        share = BUDGET.recompute_plain_share * time_limit
+        options = {"time_limit": share, "workers": workers, "seed": seed, "progress": progress}
+        starts = (joint(request, **options), joint(everything(request), **options))
+        walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
+    else:
+        walk_end = t0 + BUDGET.recompute_walk_share / (1 - 2 * BUDGET.recompute_plain_share) * time_limit
+    found = [(levels, start) for levels, start in zip(({}, all_full(request)), starts)
+             if isinstance(start, SolveResult)]
+    if not found:
+        raise starts[1]
+    ends: list[Levels] = []
+    for levels, start in found:
         placement = parse_placement(start.problem.placement.name, request.num_ranks)
-        first = _evaluate(request, levels, placement, _counts(start, placement))
-        ends.append(walk(request, first, time.monotonic() + (walk_end - time.monotonic()) / (2 - len(ends))))
+        first = _evaluate(request, levels, placement, _counts(start, placement), per_microbatch)
+        share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(found) - len(ends))
+        ends.append(walk(request, first, share_end, per_microbatch))
     best = min(ends, key=lambda x: x.objective)
-    results = [plain, full]
+    results = [start for _, start in found]
     if best.objective < min(r.objective for r in results):
-        chosen = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
-                         placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
-        left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
-        results.append(search_splits(chosen, time_limit=max(left, 0.0), workers=workers, seed=seed, progress=progress))
-    return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+        chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
+                                 placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
+        left = time_limit - (time.monotonic() - t0) - BUDGET.split_bound_share * time_limit
+        results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
+                                     progress=progress))
+    chosen = min(results, key=lambda r: r.objective)
+    return _bound_over_recompute(request, _fewer_microbatches(chosen) if per_microbatch else chosen, t0 + time_limit)
+
+
+def _fewer_microbatches(result: SolveResult) -> SolveResult:
+    """`result` with only the microbatches that need it recomputing (solve/microbatch_recompute.py)."""
+    start = Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
+    problem, fewer = recompute_fewer(result.problem, start)
+    if fewer is start:
+        return result
+    return replace(result, problem=problem, schedule=fewer.schedule, timeline=fewer.timeline, objective=fewer.objective)
 
 
 def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:
@@ -197,7 +251,7 @@ def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: 
     partition = result.details.partition
     assert partition is not None
     # The rule asked for (the polish names its split fixed:...), with the bound over every choice.
-    facts = replace(partition, rule=request.rule, facts={**partition.facts, "rule": request.rule},
+    facts = replace(partition, rule=request.rule, facts=split_facts(result, request.rule),
                     any_split_bound=bound, any_split_bound_by_placement=how)
     return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
 

@@ -41,8 +41,11 @@ def split_facts(result: SolveResult, rule: str) -> dict[str, Any]:
             "cap_bytes": cap if limit.includes_static else None,
             "fits": peak <= limit.per_rank[r] * (1 + 1e-9),
         })
-        mine = [by_name[name] for c in pl.chunks_on(r) for name in prof.partition[c] if name in by_name]
-        facts = recompute_facts(mine, problem.num_microbatches)
+        mine = [[by_name[name] for name in prof.partition[c] if name in by_name] for c in pl.chunks_on(r)]
+        chosen = problem.recompute_microbatches
+        counts = [problem.num_microbatches if chosen is None or chosen[c] is None else len(chosen[c])
+                  for c in pl.chunks_on(r)]
+        facts = recompute_facts(mine, counts)
         if facts["recomputed"]:
             ranks[-1].update(facts)
     route = pl.routes[0]

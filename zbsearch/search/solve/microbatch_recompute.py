@@ -1,0 +1,91 @@
+"""Recompute per microbatch: on a schedule whose chunks recompute layers for every microbatch, keep the
+activations of the microbatches that fit, so that only those that would overflow a rank pay the recompute.
+
+Which microbatches need it depends on the schedule: a rank of a 1F1B-like schedule holds its most
+microbatches in its steady phase, and fewer while it fills and drains, so the drain's microbatches (and
+on later ranks many more) fit with their activations kept. With each rank's order fixed, a rank's memory
+is a function of that order alone (a forward allocates at its start, a backward and a weight pass free at
+their ends), and a kept microbatch only shortens its backward: the schedule's timing can only get
+earlier. So the choice is made on the order, one microbatch at a time, and the result is never slower
+and never over the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from ...core.ir import Action, Kind, Schedule
+from ...core.recompute_choice import MICROBATCHES_KEY, microbatches_meta
+from ...sim.rank_state import memory_delta
+from ...sim.simulate import simulate
+from ...sim.validate import check, over_limit
+from ..problem import Problem
+from .starts import Start
+
+Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all)
+
+
+def rank_peak(problem: Problem, actions: Sequence[Action], keeps: set[tuple[int, int]]) -> float:
+    """The most a rank holds running `actions` in order, with the (chunk, microbatch) pairs in `keeps`
+    keeping their activations (the others recompute)."""
+    level = peak = 0.0
+    for action in actions:
+        passes = action.passes()
+        costs = [problem.chunk_costs[a.chunk].for_microbatch((a.chunk, a.microbatch) not in keeps) for a in passes]
+        for a, cost in zip(passes, costs):
+            level += memory_delta(cost, a.kind)[0]
+        peak = max(peak, level)
+        for a, cost in zip(passes, costs):
+            level -= memory_delta(cost, a.kind)[1]
+    return peak
+
+
+def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
+    """Per chunk, the microbatches that still recompute once every microbatch whose activations fit on
+    its rank (under the schedule's order) keeps them; None when none fits. Microbatches are tried in the
+    reverse of the order their forwards run: the drain holds least, and each kept one leaves the next
+    window of in-flight microbatches one fewer to keep."""
+    keeps: set[tuple[int, int]] = set()
+    costs = problem.chunk_costs
+    for r, ranked in enumerate(schedule.ranks):
+        cap = problem.limit.per_rank[r]
+        forwards = [a for action in ranked for a in action.passes()
+                    if a.kind is Kind.F and costs[a.chunk].without_recompute is not None]
+        for f in reversed(forwards):
+            keeps.add((f.chunk, f.microbatch))
+            if over_limit(rank_peak(problem, ranked, keeps), cap):
+                keeps.discard((f.chunk, f.microbatch))
+    if not keeps:
+        return None
+    m = problem.num_microbatches
+    return tuple(None if costs[c].without_recompute is None else
+                 frozenset(i for i in range(m) if (c, i) not in keeps) for c in range(problem.placement.num_chunks))
+
+
+def with_choice(schedule: Schedule, choice: Choice) -> Schedule:
+    """The schedule recording, in meta.partition, which microbatches recompute on each chunk (an empty
+    list: none does, and the chunk runs as profiled; exports read it so, core.recompute_choice.
+    levels_for_every_microbatch)."""
+    partition = {**(schedule.meta.get("partition") or {}), MICROBATCHES_KEY: microbatches_meta(choice)}
+    return replace(schedule, meta={**schedule.meta, "partition": partition})
+
+
+def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tuple[Problem, Start]:
+    """`start` with only the microbatches that need it recomputing (keep_where_it_fits), and the problem
+    with that choice; both unchanged when every microbatch needs it. With `validate`, the new schedule
+    passes the validator (its order is the start's, so it stays complete and deadlock-free, and its
+    memory was checked rank by rank; scoring many plans may skip the graph checks)."""
+    choice = keep_where_it_fits(problem, start.schedule)
+    if choice is None:
+        return problem, start
+    schedule = with_choice(start.schedule, choice)
+    if validate:
+        report = check(schedule, problem.profile, problem.limit)
+        report.raise_if_invalid(schedule.name)
+        assert report.timeline is not None
+        timeline = report.timeline
+    else:
+        timeline = simulate(schedule, problem.profile)
+    chosen = replace(problem, recompute_microbatches=choice)
+    return chosen, Start(start.name, schedule, timeline, problem.objective.of(timeline))
