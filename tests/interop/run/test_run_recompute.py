@@ -60,11 +60,11 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time(
     assert all(abs(e) <= 0.10 for e in errors), (result.memory_peak_bytes, want)
     # Time: the median step against the plan. Comparable only while the machine runs passes at the speed
     # the profile measured them minutes before: on a 2-core machine that other work shares, a whole run can
-    # step 1.5x slower (its ranks wait for each other's core), so a run whose forwards were more than 10% off
+    # step 1.5x slower (its ranks wait for each other's core), so a run whose forwards were more than 15% off
     # the profile's skips this check, and says so.
     forwards = [row for row in result.passes if row["kind"] == "F"]
     speed = sum(r["mean_s"] * r["count"] for r in forwards) / sum(r["profile_s"] * r["count"] for r in forwards)
-    if abs(speed - 1) > 0.10:
+    if abs(speed - 1) > 0.15:
         pytest.skip(f"the machine was busy: forwards ran at {speed:.2f}x the profile's time; memory and gradients "
                     "were checked, the iteration time was not")
     ratio = result.measured_step_seconds / result.profile_step_seconds
