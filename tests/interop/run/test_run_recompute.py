@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
-
 from zbsearch.core.errors import RunError, ScheduleError
 from zbsearch.profiling.build import profile_gpt_estimate, profile_measured
 from zbsearch.profiling.request import GptShape, MeasureRequest, PipelineSetup, StageSplit
