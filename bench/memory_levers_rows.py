@@ -76,10 +76,10 @@ def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
                 all(r["fits"] for r in part.facts["ranks"]), seconds,
                 extra={"imbalance": imbalance(result.timeline), "bound": result.lower_bound,
                        "layers_recomputed": layers, "microbatches_recomputed": passes,
-                       "throttled": throttled(result)})
+                       "at_cap": at_cap(result)})
 
 
-def throttled(result: SolveResult) -> list[int]:
+def at_cap(result: SolveResult) -> list[int]:
     """The ranks at their cap: their room would not take one more microbatch of their heaviest chunk."""
     problem, tl = result.problem, result.timeline
     return [r for r in range(problem.num_ranks)
@@ -131,9 +131,11 @@ def _auto(label: str, request: SplitRequest, seconds: float, per_microbatch: boo
     return from_result(label, found, time.monotonic() - t0)
 
 
-def run_row(row: Row, joint_seconds: float, walk_seconds: float) -> list[Plan]:
-    """The six columns of one row; each plan's extra["bound"] is the row's bound over every split and
-    every recompute choice (the larger of the two searches' own, both valid)."""
+def run_row(row: Row, joint_seconds: float, walk_seconds: float, roomy_seconds: float) -> list[Plan]:
+    """The six columns of one row; each plan's extra["row_bound"] is the row's bound over every split and
+    every recompute choice (the larger of the two searches' own, both valid). The first column's
+    extra["roomy"] is the joint search's plan without recompute under the device's whole memory (`auto`):
+    where the cap's plan is slower, memory throttles it."""
     prof = study_profile(row)
     request = SplitRequest(prof, row.p, PLACEMENTS, f"{row.cap_gib:g}GiB", "makespan")
     plain, plain_found = _joint(COLUMNS[0], request, joint_seconds)
@@ -142,10 +144,17 @@ def run_row(row: Row, joint_seconds: float, walk_seconds: float) -> list[Plan]:
     plans = [plain, _handcrafted(COLUMNS[1], prof, row, "full"), _handcrafted(COLUMNS[2], prof, row, "selective"),
              full, _auto(COLUMNS[4], request, walk_seconds, False, starts),
              _auto(COLUMNS[5], request, walk_seconds, True, starts)]
+    # Memory-throttled: without recompute, the cap costs time against the device's whole memory.
+    roomy, _ = _joint("joint, no recompute, device memory", replace(request, mem_limit="auto"), roomy_seconds)
+    plain.extra["roomy"] = roomy.time if roomy.fits else math.nan
     bound = max((pl.extra["bound"] for pl in plans[4:] if "bound" in pl.extra), default=math.nan)
     for plan in plans:
         plan.extra["row_bound"] = bound
     return plans
+
+
+def _ms(x: float) -> float | str:
+    return "" if math.isnan(x) or math.isinf(x) else round(x / 1e3, 2)
 
 
 def record(row: Row, m: int, plan: Plan) -> dict[str, Any]:
@@ -160,5 +169,6 @@ def record(row: Row, m: int, plan: Plan) -> dict[str, Any]:
             "peak_gib_per_rank": " ".join(f"{x / GiB:.1f}" for x in plan.peak_per_rank) if plan.fits else "",
             "layers_recomputed_per_rank": " ".join(map(str, plan.extra.get("layers_recomputed", []))),
             "microbatches_recomputed_per_rank": " ".join(map(str, plan.extra.get("microbatches_recomputed", []))),
-            "throttled_ranks": " ".join(map(str, plan.extra.get("throttled", []))),
+            "ranks_at_cap": " ".join(map(str, plan.extra.get("at_cap", []))),
+            "device_memory_ms": _ms(plan.extra.get("roomy", math.nan)),
             "fits": "yes" if plan.fits else "no", "seconds": round(plan.seconds, 1), "note": plan.note}
