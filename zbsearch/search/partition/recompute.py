@@ -1,27 +1,28 @@
-"""`--recompute auto`: which layers each rank recomputes, chosen with the split, the placement and the
-schedule.
+"""`--recompute auto` and `auto-layers`: which layers each rank recomputes (and, auto, on which
+microbatches), chosen with the split, the placement and the schedule.
 
 Recompute pays where memory throttles the schedule: a rank at its cap holds fewer microbatches than its
-schedule would, and the ranks behind it wait. So the search starts from the best plan without recompute
-(the ordinary joint search, `search_splits`) and walks the recompute levels of its layers, scoring each
-step with the heuristics on the same split and placement:
+schedule would, and the ranks behind it wait. So the search starts from the joint search's best plans
+(`search_splits`) without recompute and with every layer recomputed (the Megatron and torchtitan habit),
+and, on each placement neither chose, from every layer recomputed on the time-balanced split; from each
+it walks the recompute levels, scoring each step with the heuristics on the same split and placement:
 
 1. the ranks whose room would not take one more microbatch of their heaviest chunk are the throttled
    ones;
-2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on
-   each throttled rank alone, the layers that save the most bytes per unit of time first; or it gives
-   back the recompute of a rank no longer near its cap;
+2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on each
+   throttled rank alone, the layers that save the most bytes per unit of time first; or gives back the
+   recompute of k layers on the ranks with room (all of them, or one alone);
 3. the best step that lowers the objective is taken, and the split is then improved for the new
    levels with the joint search's one-layer moves; where no step helps on the split (memory forced the
    split, and the gain of recompute is a better one), the best two steps are tried with their splits
    improved; the walk stops when none of these helps.
 
-It walks twice: from the best plan without recompute up, and from the best plan of the joint search
-with every layer recomputed (the Megatron and torchtitan habit, on the split that suits it) down; the
-better end is polished by the solver on its split. Both starting plans are kept when nothing beats
-them, so `auto` is never slower than either. The bound over every split holds for every
-recompute choice: it is taken on the layers at their least time (no recompute) with their least memory
-(the option holding least from F until I, and from I until W), which no choice beats in either.
+Ends the walks moved are polished by the solver on their split; the best of those and the starting plans
+is returned, so the search is never slower than either joint search. With `per_microbatch` (auto),
+every scored schedule and every compared plan first keeps the activations of the microbatches that fit
+(solve/microbatch_recompute.py). The bound over every split holds for every recompute choice: it is taken
+on the layers at their least time (no recompute) with their least memory (the option holding least from F
+until I, and from I until W), which no choice beats in either, per layer or per microbatch.
 """
 
 from __future__ import annotations
