@@ -1,25 +1,28 @@
-"""`--recompute auto`: which layers each rank recomputes, chosen with the split, the placement and the
-schedule.
+"""`--recompute auto` and `auto-layers`: which layers each rank recomputes (and, auto, on which
+microbatches), chosen with the split, the placement and the schedule.
 
 Recompute pays where memory throttles the schedule: a rank at its cap holds fewer microbatches than its
-schedule would, and the ranks behind it wait. So the search starts from the best plan without recompute
-(the ordinary joint search, `search_splits`) and walks the recompute levels of its layers, scoring each
-step with the heuristics on the same split and placement:
+schedule would, and the ranks behind it wait. So the search starts from the joint search's best plans
+(`search_splits`) without recompute and with every layer recomputed (the Megatron and torchtitan habit),
+and, on each placement neither chose, from every layer recomputed on the time-balanced split; from each
+it walks the recompute levels, scoring each step with the heuristics on the same split and placement:
 
 1. the ranks whose room would not take one more microbatch of their heaviest chunk are the throttled
    ones;
-2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on
-   each throttled rank alone, the layers that save the most bytes per unit of time first; or it gives
-   back the recompute of a rank no longer near its cap;
+2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on each
+   throttled rank alone, the layers that save the most bytes per unit of time first; or gives back the
+   recompute of k layers on the ranks with room (all of them, or one alone);
 3. the best step that lowers the objective is taken, and the split is then improved for the new
-   levels with the joint search's one-layer moves; the walk stops when no step helps.
+   levels with the joint search's one-layer moves; where no step helps on the split (memory forced the
+   split, and the gain of recompute is a better one), the best two steps are tried with their splits
+   improved; the walk stops when none of these helps.
 
-It walks twice: from the best plan without recompute up, and from the best plan of the joint search
-with every layer recomputed (the Megatron and torchtitan habit, on the split that suits it) down; the
-better end is polished by the solver on its split. Both starting plans are kept when nothing beats
-them, so `auto` is never slower than either. The bound over every split holds for every
-recompute choice: it is taken on the layers at their least time (no recompute) with their least memory
-(the option holding least from F until I, and from I until W), which no choice beats in either.
+Ends the walks moved are polished by the solver on their split; the best of those and the starting plans
+is returned, so the search is never slower than either joint search. With `per_microbatch` (auto),
+every scored schedule and every compared plan first keeps the activations of the microbatches that fit
+(solve/microbatch_recompute.py). The bound over every split holds for every recompute choice: it is taken
+on the layers at their least time (no recompute) with their least memory (the option holding least from F
+until I, and from I until W), which no choice beats in either, per layer or per microbatch.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ...core.errors import InfeasibleError
 from ...core.ir import Placement
 from ...core.layers import Layer
 from ...core.objective import Status
-from ...core.partition import groups
+from ...core.partition import groups, route_length
 from ...core.placement import parse_placement
 from ...core.recompute_choice import held_from_f, option_of, with_recompute
 from ..budget import BUDGET
@@ -41,6 +44,7 @@ from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
 from ..solve.microbatch_recompute import recompute_fewer
 from ..solve.starts import Start, heuristic_start
+from .candidates import balanced_counts
 from .report import split_facts
 from .search import (
     SplitRequest,
@@ -51,6 +55,7 @@ from .search import (
 )
 
 STEPS = (1, 2, 4)  # layers added per throttled rank in one step
+RESPLIT_TRIES = 2  # where no step helps on the split, the best steps tried with their split improved
 
 
 @dataclass
@@ -124,18 +129,24 @@ def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
     """The recompute choices one step away (see the module)."""
     ranks = _rank_layers(request, current.placement, current.counts)
     tight = list(current.tight)
+    loose = [r for r in range(len(ranks)) if r not in tight]
     steps = []
     for k in STEPS:
-        grown = dict(current.levels)
+        grown, shrunk = dict(current.levels), dict(current.levels)
         for r in tight:
             grown = _more(ranks[r], grown, k)
-        steps.append(grown)
+        for r in loose:
+            shrunk = _fewer(ranks[r], shrunk, k)
+        steps += [grown, shrunk]
     steps += [_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
-    for r in range(len(ranks)):
-        mine = [x.name for x in ranks[r] if x.name in current.levels]
-        if mine and r not in tight:
-            steps.append({name: level for name, level in current.levels.items() if name != mine[-1]})
+    steps += [_fewer(ranks[r], current.levels, 1) for r in loose] if len(loose) > 1 else []
     return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
+
+
+def _fewer(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
+    """`levels` with the recompute of up to k of these layers given back, the last of them first."""
+    mine = [x.name for x in layers if x.name in levels][-k:] if k else []
+    return {name: level for name, level in levels.items() if name not in mine}
 
 
 def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool) -> Levels:
@@ -146,9 +157,18 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
         found = [_evaluate(request, levels, best.placement, best.counts, per_microbatch)
                  for levels in _steps(request, best) if time.monotonic() < deadline]
         step = min(found, key=lambda x: x.objective, default=None)
-        if step is None or not step.objective < best.objective * (1 - 1e-9):
+        if step is None:
             return best
-        best = _resplit(request, step, deadline, per_microbatch)
+        if step.objective < best.objective * (1 - 1e-9):
+            best = _resplit(request, step, deadline, per_microbatch)
+            continue
+        # On this split no step helps; where memory forced the split, one does once the split moves.
+        moved = (_resplit(request, x, deadline, per_microbatch)
+                 for x in sorted(found, key=lambda x: x.objective)[:RESPLIT_TRIES])
+        better = next((x for x in moved if x.objective < best.objective * (1 - 1e-9)), None)
+        if better is None:
+            return best
+        best = better
     return best
 
 
@@ -214,22 +234,48 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
              if isinstance(start, SolveResult)]
     if not found:
         raise starts[1]
+    firsts = [_evaluate(request, levels, placement, _counts(start, placement), per_microbatch)
+              for levels, start in found for placement in [parse_placement(start.problem.placement.name,
+                                                                           request.num_ranks)]]
+    firsts += _other_placements(request, {x.placement.name for x in firsts}, per_microbatch)
     ends: list[Levels] = []
-    for levels, start in found:
-        placement = parse_placement(start.problem.placement.name, request.num_ranks)
-        first = _evaluate(request, levels, placement, _counts(start, placement), per_microbatch)
-        share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(found) - len(ends))
+    for first in firsts:
+        share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(firsts) - len(ends))
         ends.append(walk(request, first, share_end, per_microbatch))
-    best = min(ends, key=lambda x: x.objective)
+    # The walks score with the heuristics, the joint searches' plans were polished by the solver: an end
+    # that is not one of those plans (the walk moved it, or it started on another placement) is polished
+    # before the two are compared.
+    joint_plans = firsts[:len(found)]
+    moved = [end for k, end in enumerate(ends) if k >= len(found)
+             or (end.levels, end.counts, end.placement) != (joint_plans[k].levels, joint_plans[k].counts,
+                                                            joint_plans[k].placement)]
+    best = min(moved, key=lambda x: x.objective, default=None)
     results = [start for _, start in found]
-    if best.objective < min(r.objective for r in results):
+    if best is not None:
         chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
                                  placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
         left = time_limit - (time.monotonic() - t0) - BUDGET.split_bound_share * time_limit
         results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
                                      progress=progress))
-    chosen = min(results, key=lambda r: r.objective)
-    return _bound_over_recompute(request, _fewer_microbatches(chosen) if per_microbatch else chosen, t0 + time_limit)
+    if per_microbatch:  # each plan with only the microbatches that need it recomputing, then compared
+        results = [_fewer_microbatches(r) for r in results]
+    return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+
+
+def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: bool) -> list[Levels]:
+    """Walk starts on the request's placements that neither joint search chose: every layer recomputed, on
+    the placement's time-balanced split (where recompute frees memory, another placement may win, and the
+    walk down finds how much recompute it needs)."""
+    out = []
+    for name in request.placements:
+        placement = parse_placement(name, request.num_ranks)
+        if placement.name in covered:
+            continue
+        counts = balanced_counts(request.profile.layers or (), route_length(placement))
+        first = _evaluate(request, all_full(request), placement, counts, per_microbatch)
+        if first.objective < math.inf:
+            out.append(first)
+    return out
 
 
 def _fewer_microbatches(result: SolveResult) -> SolveResult:
