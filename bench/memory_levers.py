@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_levers_rows import COLUMNS, Row, record, run_row, study_profile  # noqa: E402
 from partition_rows import Plan  # noqa: E402
-from results_common import RESULTS, log, write_csv, write_text  # noqa: E402
+from results_common import RESULTS, log, save_figure, write_csv, write_text  # noqa: E402
 
 TIGHT = (("llama3-8b", 4, 61), ("llama3-8b", 8, 49), ("gpt3-2.7b", 8, 10), ("gemma2-2b", 4, 25),
          ("deepseek-v2-lite", 8, 42))
@@ -138,9 +138,7 @@ def figure(records: list[dict[str, Any]], stem: Path) -> None:
     ax.set_ylim(bottom=0.9)
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(stem.with_suffix(f".{ext}"))
-        log(f"wrote {stem.with_suffix(f'.{ext}').name}")
+    save_figure(fig, stem)
 
 
 def main(argv: list[str]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from partition_rows import GiB, Plan, handcrafted, searched, tight_cap  # noqa: E402
-from results_common import RESULTS, log, write_csv, write_text  # noqa: E402
+from results_common import RESULTS, log, save_figure, write_csv, write_text  # noqa: E402
 from zbsearch.core.memory import byte_cap  # noqa: E402
 from zbsearch.profiling.build import profile_estimate  # noqa: E402
 from zbsearch.profiling.request import PipelineSetup, StageSplit  # noqa: E402
@@ -165,9 +165,7 @@ def figure(records: list[dict[str, Any]], stem: Path) -> None:
     ax.set_ylim(bottom=0.9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(stem.with_suffix(f".{ext}"))
-        log(f"wrote {stem.with_suffix(f'.{ext}').name}")
+    save_figure(fig, stem)
 
 
 def main(argv: list[str]) -> None:

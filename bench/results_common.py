@@ -51,6 +51,13 @@ def signed4(x: float) -> str:
     return ("+" if x >= 0 else "-") + f"{abs(x):.4f}".replace("0.", ".", 1)
 
 
+def save_figure(fig: Any, stem: Path) -> None:
+    """A drawn matplotlib figure as PNG and as SVG beside each other."""
+    for ext in ("png", "svg"):
+        fig.savefig(stem.with_suffix(f".{ext}"))
+        log(f"wrote {stem.with_suffix(f'.{ext}').name}")
+
+
 def figures(path_stem: Path, draw: Callable[[Path], Any]) -> None:
     """Draw one figure as PNG and as SVG."""
     for fmt in ("png", "svg"):

@@ -64,6 +64,28 @@ def recompute_facts(chunks: Sequence[Sequence[Any]], recomputing: Sequence[int])
 MICROBATCHES_KEY = "recompute_microbatches"  # in a plan's meta.partition
 
 
+def plan_levels(meta: Mapping[str, Any], name: str, layers: set[str], fix: str) -> dict[str, str]:
+    """A plan's recompute levels (`meta.partition.recompute`: layer name to full or selective), checked
+    against the layers its chunks hold; `fix` ends the error for a layer it does not hold.
+
+    Raises
+    ------
+    ScheduleError
+        The entry is not such a map, gives another level, or names a layer outside `layers`.
+    """
+    partition = meta.get("partition") if isinstance(meta.get("partition"), dict) else {}
+    raw = partition.get("recompute") or {}
+    where = f"schedule {name!r} meta.partition.recompute"
+    if not isinstance(raw, dict):
+        raise ScheduleError(f"{where} must map layer names to full or selective: give {{\"layers.3\": \"full\"}}")
+    for layer, level in raw.items():
+        if level not in ("full", "selective"):
+            raise ScheduleError(f"{where} gives layer {layer!r} level {level!r}: use full or selective")
+        if layer not in layers:
+            raise ScheduleError(f"{where} names layer {layer!r}, which {fix}")
+    return dict(raw)
+
+
 def recompute_microbatches(meta: Mapping[str, Any], name: str, num_chunks: int,
                            microbatches: int) -> tuple[frozenset[int] | None, ...] | None:
     """Per chunk, the microbatches a plan recomputes on it (`meta.partition.recompute_microbatches`: one

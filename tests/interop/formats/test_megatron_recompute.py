@@ -135,9 +135,9 @@ def test_only_stages_that_recompute_are_held_to_every_microbatch() -> None:
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("recompute", {"nope": "full"}, "field meta.partition.recompute names layer 'nope', which meta.partition.chunks "
+    ("recompute", {"nope": "full"}, "meta.partition.recompute names layer 'nope', which meta.partition.chunks "
                                     "does not list"),
-    ("recompute", {"l0": "half"}, "field meta.partition.recompute gives layer 'l0' level 'half': use full or "
+    ("recompute", {"l0": "half"}, "meta.partition.recompute gives layer 'l0' level 'half': use full or "
                                   "selective"),
     ("recompute_microbatches", [None], "meta.partition.recompute_microbatches must list one entry per chunk (2)"),
     ("recompute_microbatches", [[4], None], "meta.partition.recompute_microbatches[0] must list microbatch indices "

@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
-from ...core.recompute_choice import levels_for_every_microbatch, recompute_microbatches
+from ...core.recompute_choice import levels_for_every_microbatch, plan_levels, recompute_microbatches
 from .layer_split import Split
 
 CHECKED = "NVIDIA/Megatron-LM main at d98e8a64 (2026-08-22)"
@@ -55,18 +55,11 @@ Chosen = tuple[int, str, str, str]  # stage, layer name, kind, level
 
 
 def _levels(schedule: Schedule, split: Split) -> dict[str, str]:
-    raw = (schedule.meta.get("partition") or {}).get("recompute") or {}
-    origin = f"schedule {schedule.name!r}: field meta.partition.recompute"
-    if not isinstance(raw, dict):
-        raise PartitionError(f"{origin} must map layer names to full or selective")
-    names = {name for chunk in split.chunks for name in chunk}
-    for name, level in raw.items():
-        if level not in ("full", "selective"):
-            raise PartitionError(f"{origin} gives layer {name!r} level {level!r}: use full or selective")
-        if name not in names:
-            raise PartitionError(f"{origin} names layer {name!r}, which meta.partition.chunks does not list: use "
-                                 "the plan as solved")
-    return dict(raw)
+    try:
+        return plan_levels(schedule.meta, schedule.name, {name for chunk in split.chunks for name in chunk},
+                           "meta.partition.chunks does not list: use the plan as solved")
+    except ScheduleError as exc:
+        raise PartitionError(str(exc)) from None
 
 
 def _partial_microbatches(schedule: Schedule, partial: list[int]) -> str | None:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ...core.calibration import torch_chunk_memory
-from ...core.errors import RunError, ZbsearchError
+from ...core.errors import RunError, ScheduleError, ZbsearchError
 from ...core.ir import Schedule
 from ...core.layers import Layer
 from ...core.partition import summed
 from ...core.profile import Profile
 from ...core.stage_cost import StageCost
-from ...core.recompute_choice import recompute_microbatches, with_recompute
+from ...core.recompute_choice import plan_levels, recompute_microbatches, with_recompute
 from ...profiling.partition import linear_partition
 from ...profiling.request import GptShape
 
@@ -222,20 +222,16 @@ def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: st
         Microbatch lists that are not one list of microbatch indices (or null) per chunk
         (core/recompute_choice.recompute_microbatches).
     """
-    meta = schedule.meta.get("partition") or {}
     where = f"schedule {schedule.name!r} meta.partition"
-    levels = meta.get("recompute") or {}
-    if not isinstance(levels, dict):
-        raise RunError(f"{where}.recompute must map layer names to full or selective: give {{\"layers.3\": \"full\"}}")
     held = {x for chunk in chunks for x in chunk}
+    try:
+        levels = plan_levels(schedule.meta, schedule.name, held, "no chunk of the run holds: name the layers of "
+                             "meta.partition.chunks")
+    except ScheduleError as exc:
+        raise RunError(str(exc)) from None
     attention = spec.get("attention", "naive") if kind == "gpt" else None
     blocks = {x for chunk in chunks for x in chunk if x.startswith("layers.")} if attention == "naive" else set()
     for name, level in levels.items():
-        if level not in ("full", "selective"):
-            raise RunError(f"{where}.recompute gives layer {name!r} level {level!r}: use full or selective")
-        if name not in held:
-            raise RunError(f"{where}.recompute names layer {name!r}, which no chunk of the run holds: name the "
-                           "layers of meta.partition.chunks")
         if level == "selective" and name not in blocks:
             raise RunError(f"{where}.recompute gives layer {name!r} level selective, but only the built-in GPT's "
                            "blocks with naive attention have an attention core the run can recompute alone: use full")
