@@ -4,7 +4,7 @@ estimated H100 profiles of real model shapes, under torch's runtime accounting, 
 
     python bench/memory_levers.py                      # every row, about 30 minutes on 2 cores
     python bench/memory_levers.py --only llama3-8b     # rows of some models
-    python bench/memory_levers.py --figure-only        # redraw the figure from the CSV
+    python bench/memory_levers.py --from-csv           # rewrite the report and figure from the CSV
 
 Writes results/memory_levers.{md,csv,png,svg}. Profiles are estimates (FLOP counts and bytes over an
 H100's datasheet peak at 40% MFU, see each profile's `source`), not measurements. Caps are whole-rank
@@ -25,7 +25,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_levers_rows import COLUMNS, Row, record, run_row, study_profile  # noqa: E402
-from partition_rows import Plan  # noqa: E402
 from results_common import RESULTS, log, save_figure, write_csv, write_text  # noqa: E402
 
 TIGHT = (("llama3-8b", 4, 61), ("llama3-8b", 8, 49), ("gpt3-2.7b", 8, 10), ("gemma2-2b", 4, 25),
@@ -62,54 +61,88 @@ def markdown(records: list[dict[str, Any]], findings: list[str]) -> str:
         "the joint search; recompute chosen per rank (`--recompute auto-layers`); and per microbatch "
         "(`--recompute auto`). `gap` is against the row's lower bound over every split and every recompute "
         "choice. `layers` and `passes` per rank: blocks recomputed, and (chunk, microbatch) passes that "
-        "recompute (of m per chunk).", "",
+        "recompute (of m per chunk). A recomputed block pays its forward again in I: where the cap costs the "
+        "plan without recompute less than that, the search keeps no recompute (the rows at +0.0%).", "",
         "| row | column | schedule (placement) | layers per chunk | iteration ms | gap | peak GiB | "
         "layers per rank | passes per rank |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         sched = f"{r['schedule']} ({r['placement']})" if r["schedule"] != "-" else (r["note"] or "-")
-        gap = f"{100 * r['gap_to_bound']:.2f}%" if r["gap_to_bound"] != "" else "-"
-        row = Row(r["model"], int(r["p"]), float(r["cap_gib"]), int(r["dp_shard"]) if r["dp_shard"] else None,
-                  r["memory_model"]).label
+        gap = f"{100 * float(r['gap_to_bound']):.2f}%" if r["gap_to_bound"] != "" else "-"
+        row = _row_of(r).label
         lines.append(f"| {row} | {r['column']} | {sched} | {r['layers_per_chunk'] or '-'} | "
                      f"{r['iteration_ms'] or '-'} | {gap} | {r['peak_gib'] or '-'} | "
                      f"{r['layers_recomputed_per_rank'] or '-'} | {r['microbatches_recomputed_per_rank'] or '-'} |")
     return "\n".join(lines + findings) + "\n"
 
 
-def throttled(plain: Plan) -> bool:
+def _ms(record: dict[str, Any], key: str = "iteration_ms") -> float:
+    return float(record[key]) if record.get(key) not in ("", None) else math.nan
+
+
+def throttled(plain: dict[str, Any]) -> bool:
     """Whether the cap costs the plan without recompute more than 1% against the device's whole memory."""
-    return plain.fits and plain.time > plain.extra.get("roomy", math.inf) * 1.01
+    return plain["fits"] == "yes" and _ms(plain) > _ms(plain, "device_memory_ms") * 1.01
 
 
-def finding(row: Row, plans: list[Plan]) -> str:
-    """What one row shows against the issue's targets."""
-    chosen, plain, full_hand = plans[5], plans[0], plans[1]
-    line = f"- {row.label}: "
-    if not chosen.fits:
-        return line + f"recompute chosen found no plan ({chosen.note})."
-    others = [pl for pl in plans[:5] if pl.fits]
-    slower = [pl.label for pl in others if pl.time < chosen.time * (1 - 1e-9)]
-    line += (f"per microbatch {chosen.time / 1e3:,.1f} ms"
-             + (f", slower than {', '.join(slower)}" if slower else ", no column faster") + "; ")
-    if not plain.fits:
-        line += f"without recompute nothing fits ({plain.note.removeprefix('infeasible: ')}); "
-    else:
-        roomy = plain.extra.get("roomy", math.nan)
-        line += (f"without recompute {plain.time / 1e3:,.1f} ms ({chosen.time / plain.time - 1:+.1%}), "
-                 + (f"memory-throttled ({roomy / 1e3:,.1f} ms with the device's whole memory); "
-                    if throttled(plain) else "not memory-throttled; "))
-    if full_hand.fits:
-        line += f"uniform full + handcrafted {full_hand.time / 1e3:,.1f} ms ({chosen.time / full_hand.time - 1:+.1%}); "
-    if throttled(plain):
-        met = chosen.time <= 0.95 * plain.time and (not full_hand.fits or chosen.time <= 0.9 * full_hand.time)
-        line += f"targets (5% under no recompute, 10% under uniform full) {'met' if met else 'not met'}; "
+def verdict(row: Row, recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row against the issue's targets: per-microbatch recompute never slower than another column nor
+    over the cap; on throttled rows 5% under no recompute and 10% under uniform full + handcrafted."""
+    chosen, plain, full_hand = recs[5], recs[0], recs[1]
+    t = _ms(chosen)
+    fits = chosen["fits"] == "yes"
+    out = {"fits": fits, "slower_than": [r["column"] for r in recs[:5] if r["fits"] == "yes" and _ms(r) < t * (1 - 1e-9)],
+           "throttled": throttled(plain), "no_fit_without": plain["fits"] != "yes"}
+    out["met"] = fits and (not out["throttled"] or (t <= 0.95 * _ms(plain) and (
+        full_hand["fits"] != "yes" or t <= 0.9 * _ms(full_hand))))
     target = TARGET_MS.get(row)
-    if target is not None:
-        line += f"target {target:,.0f} ms {'met' if chosen.time / 1e3 <= target else 'not met'}; "
-    gap = (chosen.time - chosen.extra["row_bound"]) / chosen.time
-    return line + f"gap {gap:.2%} to the bound; row {sum(pl.seconds for pl in plans):.0f} s."
+    out["target"] = None if target is None else (target, fits and t <= target)
+    return out
+
+
+def finding(row: Row, recs: list[dict[str, Any]]) -> str:
+    """What one row shows against the issue's targets (recs: its six columns' records, in order)."""
+    chosen, plain, full_hand = recs[5], recs[0], recs[1]
+    v, line = verdict(row, recs), f"- {row.label}: "
+    if not v["fits"]:
+        return line + f"recompute chosen found no plan ({chosen['note']})."
+    t = _ms(chosen)
+    line += (f"per microbatch {t:,.1f} ms"
+             + (f", slower than {', '.join(v['slower_than'])}" if v["slower_than"] else ", no column faster") + "; ")
+    if v["no_fit_without"]:
+        line += f"without recompute nothing fits ({plain['note'].removeprefix('infeasible: ')}); "
+    else:
+        line += (f"without recompute {_ms(plain):,.1f} ms ({t / _ms(plain) - 1:+.1%}), "
+                 + (f"memory-throttled ({_ms(plain, 'device_memory_ms'):,.1f} ms with the device's whole memory); "
+                    if v["throttled"] else "not memory-throttled; "))
+    if full_hand["fits"] == "yes":
+        line += f"uniform full + handcrafted {_ms(full_hand):,.1f} ms ({t / _ms(full_hand) - 1:+.1%}); "
+    if v["throttled"]:
+        line += f"targets (5% under no recompute, 10% under uniform full) {'met' if v['met'] else 'not met'}; "
+    if v["target"] is not None:
+        line += f"target {v['target'][0]:,.0f} ms {'met' if v['target'][1] else 'not met'}; "
+    return line + f"gap {100 * float(chosen['gap_to_bound']):.2f}% to the bound; row {sum(float(r['seconds']) for r in recs):.0f} s."
+
+
+def summary(verdicts: list[tuple[Row, dict[str, Any]]]) -> list[str]:
+    """The targets over every row, counted."""
+    throttled_rows = [(row, v) for row, v in verdicts if v["throttled"]]
+    no_fit = [(row, v) for row, v in verdicts if v["no_fit_without"]]
+    lines = ["", "## Targets, counted", "",
+             f"- Recompute chosen (per microbatch) never slower than another column: "
+             f"{sum(not v['slower_than'] for _, v in verdicts)} of {len(verdicts)} rows; never over the cap: "
+             f"{sum(v['fits'] for _, v in verdicts)} of {len(verdicts)}.",
+             f"- Memory-throttled rows (the plan without recompute over 1% slower than with the device's whole "
+             f"memory): {len(throttled_rows)}; 5% under no recompute and 10% under uniform full + handcrafted on "
+             f"{sum(v['met'] for _, v in throttled_rows)} of them"
+             + (f" ({', '.join(row.label for row, v in throttled_rows if v['met'])})." if throttled_rows else ".")]
+    lines.append(f"- Rows where nothing fits without recompute: {len(no_fit)}; a plan found on "
+                 f"{sum(v['fits'] for _, v in no_fit)} of them.")
+    for row, v in verdicts:
+        if v["target"] is not None:
+            lines.append(f"- {row.label}: at most {v['target'][0]:,.0f} ms: {'met' if v['target'][1] else 'not met'}.")
+    return lines
 
 
 def figure(records: list[dict[str, Any]], stem: Path) -> None:
@@ -130,7 +163,7 @@ def figure(records: list[dict[str, Any]], stem: Path) -> None:
             if hit:
                 xs.append(i + k * width)
                 ys.append(1 / (1 - float(hit[0]["gap_to_bound"])))
-        ax.bar(xs, ys, width, label=col)
+        ax.bar(xs, ys, width, label=col, color=f"C{k}")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])
     ax.set_xticklabels([f"{m}\np={p} {float(c):g}G{' fsdp' + str(s) if s else ''}{' paper' if mm == 'paper' else ''}"
                         for m, p, c, s, mm in rows], fontsize=6)
@@ -141,19 +174,37 @@ def figure(records: list[dict[str, Any]], stem: Path) -> None:
     save_figure(fig, stem)
 
 
+def report(records: list[dict[str, Any]]) -> None:
+    """results/memory_levers.{md,png,svg} from the study's records (a run's, or its CSV's)."""
+    findings, verdicts = ["", "## Findings, row by row", ""], []
+    for row in dict.fromkeys(_row_of(r) for r in records):
+        recs = [r for r in records if _row_of(r) == row]
+        findings.append(finding(row, recs))
+        verdicts.append((row, verdict(row, recs)))
+    write_text(RESULTS / "memory_levers.md", markdown(records, summary(verdicts) + findings))
+    figure(records, RESULTS / "memory_levers")
+
+
+def _row_of(record: dict[str, Any]) -> Row:
+    shard = record["dp_shard"]
+    return Row(record["model"], int(record["p"]), float(record["cap_gib"]), int(shard) if shard not in ("", None) else None,
+               record["memory_model"])
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
-    ap.add_argument("--figure-only", action="store_true", help="redraw the figure from results/memory_levers.csv")
+    ap.add_argument("--from-csv", action="store_true",
+                    help="rewrite the report and the figure from results/memory_levers.csv")
     args = ap.parse_args(argv)
-    if args.figure_only:
+    if args.from_csv:
         import csv
 
         lines = [ln for ln in (RESULTS / "memory_levers.csv").read_text().splitlines() if not ln.startswith("#")]
-        figure(list(csv.DictReader(lines)), RESULTS / "memory_levers")
+        report(list(csv.DictReader(lines)))
         return
     wanted = {s.strip() for s in args.only.split(",") if s.strip()}
-    records, findings = [], ["", "## Findings, row by row", ""]
+    records = []
     for row in ROWS:
         if wanted and row.model not in wanted:
             continue
@@ -161,12 +212,10 @@ def main(argv: list[str]) -> None:
         plans = run_row(row, JOINT_SECONDS, WALK_SECONDS, ROOMY_SECONDS)
         m = study_profile(row).microbatches
         records += [record(row, m, plan) for plan in plans]
-        findings.append(finding(row, plans))
-        log(findings[-1] + f" ({time.monotonic() - t0:.0f} s)")
+        log(finding(row, records[-len(plans):]) + f" ({time.monotonic() - t0:.0f} s)")
     RESULTS.mkdir(exist_ok=True)
     write_csv(RESULTS / "memory_levers.csv", COMMAND, records, CSV_COLUMNS)
-    write_text(RESULTS / "memory_levers.md", markdown(records, findings))
-    figure(records, RESULTS / "memory_levers")
+    report(records)
 
 
 if __name__ == "__main__":
