@@ -93,3 +93,18 @@ def test_a_plan_with_recompute_is_costed_with_it_and_exported_where_it_can_be(tm
     assert result.stderr.startswith("warning: Megatron-LM cannot express this plan's recompute: stage 0 recomputes "
                                     "'layers.1' but not 'layers.0' before it")
     assert "--recompute" not in (tmp_path / "plan.args").read_text()
+
+
+def test_devices_are_checked_against_the_stages_and_the_shard_degree(paper_profile: Path, tmp_path: Path) -> None:
+    args = ["solve", "--profile", str(paper_profile), "--mem-limit", "2p", "--time-limit", "1", "--dp-shard", "4"]
+    bad = runner.invoke(app, [*args, "--devices", "12", "-o", str(tmp_path / "s.json")])
+    assert bad.exit_code != 0 and not (tmp_path / "s.json").exists()
+    assert bad.stderr.strip().splitlines() == [
+        "error: --devices: device count 12 does not allow 2 pipeline stages x 4 data-parallel shards (8 GPUs per copy "
+        "does not divide 12): use a data-parallel shard degree that divides 6 (1, 2, 3, 6)"]
+    assert runner.invoke(app, [*args, "--devices", "16"]).exit_code == 0
+    early = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "4",
+                                "--hidden", "256", "--heads", "4", "--kv-heads", "2", "--seq", "128", "-p", "2",
+                                "--devices", "3", "-o", str(tmp_path / "p.json")])
+    assert early.exit_code != 0 and "device count 3 does not allow 2 pipeline stages" in early.stderr
+    assert not (tmp_path / "p.json").exists()

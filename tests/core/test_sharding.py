@@ -101,3 +101,25 @@ def test_the_command_line_shards_estimates_and_solves(tmp_path: Path) -> None:
                           (["--dp-shard", "2", "--sharding", "zero3"], "error: --sharding: sharding 'zero3' is not known")]:
         result = runner.invoke(app, [*solve, *args])
         assert result.exit_code == 1 and result.stderr.startswith(message) and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("devices, stages, degree, message", [
+    (32, 8, 8, "device count 32 does not allow 8 pipeline stages x 8 data-parallel shards (64 GPUs per copy does not "
+               "divide 32): use a data-parallel shard degree that divides 4 (1, 2, 4)"),
+    (64, 8, 3, "use a data-parallel shard degree that divides 8 (1, 2, 4, 8)"),
+    (12, 8, 1, "device count 12 does not allow 8 pipeline stages (8 GPUs per copy does not divide 12): use a device "
+               "count that is a multiple of 8"),
+    (0, 8, 1, "device count 0 is out of range"),
+])
+def test_a_device_count_that_cannot_hold_the_job_is_one_line_error(devices, stages, degree, message) -> None:
+    from zbsearch.core.sharding import check_devices
+    with pytest.raises(ProfileError) as err:
+        check_devices(devices, stages, degree)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_device_count_that_holds_the_job_passes() -> None:
+    from zbsearch.core.sharding import check_devices
+    check_devices(64, 8, 8)
+    check_devices(128, 8, 8)  # two replicas (or tensor parallel 2)
+    check_devices(8, 8)

@@ -22,7 +22,8 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .levers import DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned, warn_paper_accounting
+from .levers import (DevicesOpt, DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned,
+                     warn_paper_accounting)
 from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
@@ -215,6 +216,7 @@ def solve(
     recompute: RecomputeOpt = None,
     dp_shard: DpShardOpt = None,
     sharding: ShardingOpt = "fsdp",
+    devices: DevicesOpt = None,
     time_limit: TimeLimitOpt = 30.0,
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
@@ -227,8 +229,7 @@ def solve(
     The result never is worse than the best valid heuristic, has passed the validator with the exact times and
     limit before anything is written, and reports lower_bound, gap, status (optimal when the bound is met) and the
     heuristic it started from. --placement auto tries dualpipe (two parameter copies per rank) only with
-    --allow-param-copies.
-    """
+    --allow-param-copies."""
     # defers OR-Tools (the solver) until a command solves: `zbsearch --help` and `list` stay quick
     from ..search.solve import driver as search
     # defers OR-Tools, as above (the split search solves)
@@ -241,7 +242,7 @@ def solve(
     partition = "balanced" if implied else partition  # chunk costs from the layers; auto searches the split
     prof = as_planned(split.load_layer_profile(profile, p, m) if partition is not None else
                       load_cli_profile(profile, uniform, p, m, uniform_memory), dp_shard, sharding, memory_model,
-                      recompute)
+                      recompute, devices, p)
     _warn_about_plan(prof, mem_limit, headroom, export_torch)
     if partition is None:
         placement = placement or "linear"

@@ -13,7 +13,7 @@ from ..core.errors import ZbsearchError
 from ..core.ir import Schedule
 from ..core.profile import Profile
 from ..core.recompute_choice import levels_for_every_microbatch, parse_recompute, with_recompute
-from ..core.sharding import Sharding, shard_profile
+from ..core.sharding import Sharding, check_devices, shard_profile
 from .console import print_warning
 from .options import PROBLEM_PANEL, naming_subjects
 from .params import parse_memory_model
@@ -38,6 +38,11 @@ DpShardOpt = Annotated[Optional[int], typer.Option(
          "profile's per-layer static bytes and adds the largest layer's gathered weights and gradient (FSDP). "
          "Default: no sharding.",
 )]
+DevicesOpt = Annotated[Optional[int], typer.Option(
+    "--devices", metavar="N", rich_help_panel=PROBLEM_PANEL, show_default=False,
+    help="GPUs in the training job: checks that the pipeline's stages times --dp-shard divide it (tensor, "
+         "context and replicated data parallelism take the rest). Default: not checked.",
+)]
 ShardingOpt = Annotated[str, typer.Option(
     "--sharding", metavar="fsdp|zero1|zero2", rich_help_panel=PROBLEM_PANEL,
     help="With --dp-shard: fsdp (ZeRO-3: parameters, gradients and optimizer state; torchtitan's default), zero1 "
@@ -45,10 +50,20 @@ ShardingOpt = Annotated[str, typer.Option(
 )]
 
 
+def check_job(devices: int | None, stages: int | None, dp_shard: int | None) -> None:
+    """--devices against the pipeline's stages and --dp-shard (core/sharding.check_devices); nothing to
+    check without --devices or before the stage count is known."""
+    if devices is not None and stages is not None:
+        with naming_subjects({"--devices": "device count"}):
+            check_devices(devices, stages, dp_shard or 1)
+
+
 def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None,
-               recompute: str | None = None) -> Profile:
+               recompute: str | None = None, devices: int | None = None, stages: int | None = None) -> Profile:
     """The profile with --memory-model, --dp-shard / --sharding (core/sharding.py) and --recompute
-    (core/recompute_choice.py) applied; unchanged without them."""
+    (core/recompute_choice.py) applied, --devices checked against the pipeline's `stages` (default: the
+    profile's); unchanged without them."""
+    check_job(devices, stages or prof.num_stages, dp_shard)
     if memory_model is not None:
         prof = replace(prof, memory_model=memory_model)
     if dp_shard is None and sharding != "fsdp":

@@ -26,7 +26,7 @@ from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shap
 from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
     MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
-from .levers import DpShardOpt, ShardingOpt, as_planned
+from .levers import DevicesOpt, DpShardOpt, ShardingOpt, as_planned, check_job
 from .options import JsonOpt
 from .params import IntList, count_list_parser, parse_memory_model
 from ..interop.run.calibrate import calibrate as calibrated
@@ -279,6 +279,7 @@ def profile(
     optimizer: OptimizerOpt = "adam",
     dp_shard: DpShardOpt = None,
     sharding: ShardingOpt = "fsdp",
+    devices: DevicesOpt = None,
     torch_stage0: TorchStage0Opt = False,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = None,
@@ -309,6 +310,7 @@ def profile(
     given = {k: v for k, v in shape_args.items() if v is not None}
     if gpu is not None and not estimate:
         raise ProfilerError(f"--gpu {gpu} goes with --estimate; to measure, run on the GPU with --device cuda")
+    check_job(devices, p, dp_shard)  # before measuring (again after, once the stage count is known)
     split = StageSplit(stages=p, layers_per_stage=layers_per_stage)
     setup = PipelineSetup(microbatches=m, link_gbps=link_gbps, optimizer=optimizer, torch_stage0=torch_stage0)
     with _naming_flags():
@@ -324,7 +326,7 @@ def profile(
                               calibrate=calibrate)
         if result is None:  # a torchrun rank other than 0: it timed the link, rank 0 measures and writes
             return
-        result = as_planned(result, dp_shard, sharding, memory_model)  # --memory-model over the torch-runtime default
+        result = as_planned(result, dp_shard, sharding, memory_model, devices=devices)  # --memory-model: over the default
         if calibrate:
             result = calibrated(result)
     if output is not None:

@@ -62,6 +62,29 @@ def param_bytes(weight_bytes: int, optimizer: str) -> ParamBytes:
     return ParamBytes(weight_bytes, weight_bytes, 4 if weight_bytes < 4 else 0, OPTIMIZER_STATE_BYTES[optimizer])
 
 
+def check_devices(devices: int, stages: int, degree: int = 1) -> None:
+    """That a job of `devices` GPUs can hold `stages` pipeline stages times `degree` data-parallel shards a
+    whole number of times (the other parallel dimensions, tensor, context and replicated data, take the
+    rest).
+
+    Raises
+    ------
+    ProfileError
+        The device count is not a positive whole number, or stages x degree does not divide it; the message
+        lists the shard degrees that do.
+    """
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ProfileError(f"device count {devices!r} is out of range: give the number of GPUs in the job, a whole "
+                           "number from 1")
+    if devices % (stages * degree):
+        fits = [d for d in range(1, devices // stages + 1) if (devices // stages) % d == 0] if devices % stages == 0 else []
+        fix = (f"use a data-parallel shard degree that divides {devices // stages} ({', '.join(map(str, fits))})"
+               if fits else f"use a device count that is a multiple of {stages * degree}")
+        what = f"{stages} pipeline stages" + (f" x {degree} data-parallel shards" if degree > 1 else "")
+        raise ProfileError(f"device count {devices} does not allow {what} ({stages * degree} GPUs per copy does not "
+                           f"divide {devices}): {fix}")
+
+
 @dataclass(frozen=True)
 class Sharding:
     """A data-parallel group of `degree` ranks sharing each pipeline rank's static bytes, as `how`."""
