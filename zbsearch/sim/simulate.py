@@ -26,7 +26,8 @@ from ..core.recompute_choice import recompute_microbatches
 from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
 
-__all__ = ["PassCosts", "Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "pass_cost", "pass_key", "simulate"]
+__all__ = ["PassCosts", "Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "memory_steps", "pass_cost",
+           "pass_key", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -224,19 +225,26 @@ def simulate(schedule: Schedule, profile: Profile) -> Timeline:
 def _memory_curves(costs: PassCosts, slots: list[list[Slot]]):
     curves = []
     for rank_slots in slots:
-        level = 0.0
-        curve: list[tuple[float, float, Action]] = []
-        for slot in rank_slots:
-            passes = slot.action.passes()
-            for a in passes:
-                alloc, _ = memory_delta(costs.of(a), a.kind)
-                if alloc:
-                    level += alloc
-                    curve.append((slot.start, level, a))
-            for a in passes:
-                _, freed = memory_delta(costs.of(a), a.kind)
-                if freed:
-                    level -= freed
-                    curve.append((slot.end, level, a))
-        curves.append(tuple(curve))
+        steps = memory_steps(costs, [slot.action for slot in rank_slots])
+        curves.append(tuple((rank_slots[k].start if at_start else rank_slots[k].end, level, a)
+                            for k, at_start, a, level in steps))
     return tuple(curves)
+
+
+def memory_steps(costs: PassCosts, actions: Sequence[Action]) -> Iterator[tuple[int, bool, Action, float]]:
+    """A rank's activation memory as it runs `actions` in order: (index of the action, whether at its start
+    or its end, the pass, the level after) for every pass that allocates (at its start) or frees (at its
+    end). The levels depend on the order alone, not on the times."""
+    level = 0.0
+    for k, action in enumerate(actions):
+        passes = action.passes()
+        for a in passes:
+            alloc, _ = memory_delta(costs.of(a), a.kind)
+            if alloc:
+                level += alloc
+                yield k, True, a, level
+        for a in passes:
+            _, freed = memory_delta(costs.of(a), a.kind)
+            if freed:
+                level -= freed
+                yield k, False, a, level

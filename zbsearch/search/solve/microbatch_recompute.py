@@ -17,8 +17,7 @@ from typing import Sequence
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.recompute_choice import MICROBATCHES_KEY, microbatches_meta
-from ...sim.rank_state import memory_delta
-from ...sim.simulate import simulate
+from ...sim.simulate import PassCosts, memory_steps, simulate
 from ...sim.validate import check, over_limit
 from ..problem import Problem
 from .starts import Start
@@ -26,19 +25,10 @@ from .starts import Start
 Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all)
 
 
-def rank_peak(problem: Problem, actions: Sequence[Action], keeps: set[tuple[int, int]]) -> float:
-    """The most a rank holds running `actions` in order, with the (chunk, microbatch) pairs in `keeps`
-    keeping their activations (the others recompute)."""
-    level = peak = 0.0
-    for action in actions:
-        passes = action.passes()
-        costs = [problem.chunk_costs[a.chunk].for_microbatch((a.chunk, a.microbatch) not in keeps) for a in passes]
-        for a, cost in zip(passes, costs):
-            level += memory_delta(cost, a.kind)[0]
-        peak = max(peak, level)
-        for a, cost in zip(passes, costs):
-            level -= memory_delta(cost, a.kind)[1]
-    return peak
+def rank_peak(problem: Problem, actions: Sequence[Action], choice: Choice) -> float:
+    """The most a rank holds running `actions` in order under `choice` (the simulator's memory rule)."""
+    costs = PassCosts(problem.chunk_costs, choice)
+    return max((level for *_, level in memory_steps(costs, actions)), default=0.0)
 
 
 def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
@@ -54,13 +44,16 @@ def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
                     if a.kind is Kind.F and costs[a.chunk].without_recompute is not None]
         for f in reversed(forwards):
             keeps.add((f.chunk, f.microbatch))
-            if over_limit(rank_peak(problem, ranked, keeps), cap):
+            if over_limit(rank_peak(problem, ranked, _choice(problem, keeps)), cap):
                 keeps.discard((f.chunk, f.microbatch))
-    if not keeps:
-        return None
+    return _choice(problem, keeps) if keeps else None
+
+
+def _choice(problem: Problem, keeps: set[tuple[int, int]]) -> Choice:
+    """Per chunk with recomputed layers, the microbatches not in `keeps` (None on the other chunks)."""
     m = problem.num_microbatches
-    return tuple(None if costs[c].without_recompute is None else
-                 frozenset(i for i in range(m) if (c, i) not in keeps) for c in range(problem.placement.num_chunks))
+    return tuple(None if cost.without_recompute is None else frozenset(i for i in range(m) if (c, i) not in keeps)
+                 for c, cost in enumerate(problem.chunk_costs))
 
 
 def with_choice(schedule: Schedule, choice: Choice) -> Schedule:
