@@ -19,14 +19,14 @@ from typing import Any
 
 from partition_rows import GiB, Plan, handcrafted, imbalance
 from zbsearch.core.errors import InfeasibleError
-from zbsearch.core.partition import groups
+from zbsearch.core.partition import partition_profile
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
 from zbsearch.core.recompute_choice import parse_recompute, with_recompute
 from zbsearch.core.sharding import Sharding, shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
-from zbsearch.search.partition.recompute import everything, joint, search_with_recompute
+from zbsearch.search.partition.recompute import everything, joint, ranks_at_cap, search_with_recompute
 from zbsearch.search.partition.report import rank_totals
 from zbsearch.search.partition.search import SplitRequest
 from zbsearch.search.solve.report import SolveResult
@@ -76,15 +76,7 @@ def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
                 all(r["fits"] for r in part.facts["ranks"]), seconds,
                 extra={"imbalance": imbalance(result.timeline), "bound": result.lower_bound,
                        "layers_recomputed": layers, "microbatches_recomputed": passes,
-                       "at_cap": at_cap(result)})
-
-
-def at_cap(result: SolveResult) -> list[int]:
-    """The ranks at their cap: their room would not take one more microbatch of their heaviest chunk."""
-    problem, tl = result.problem, result.timeline
-    return [r for r in range(problem.num_ranks)
-            if tl.peak_memory(r) + max(problem.chunk_costs[c].mem_B for c in problem.placement.chunks_on(r))
-            > problem.limit.per_rank[r]]
+                       "at_cap": list(ranks_at_cap(result.problem, result.timeline))})
 
 
 def _joint(label: str, request: SplitRequest, seconds: float) -> tuple[Plan, SolveResult | InfeasibleError]:
@@ -115,10 +107,9 @@ def _rank_chunks(prof: Profile, plan: Plan) -> list[list[list[str]]]:
     if not plan.counts:
         return []
     pl = parse_placement(plan.placement, len(prof.stages))
-    out: list[list[list[str]]] = [[] for _ in range(pl.num_ranks)]
-    for k, group in enumerate(groups(prof.layers or (), plan.counts)):
-        out[pl.chunk_to_rank[pl.routes[0][k]]].append([x.name for x in group])
-    return out
+    names = partition_profile(prof, pl, plan.counts).partition
+    assert names is not None
+    return [[list(names[c]) for c in pl.chunks_on(r)] for r in range(pl.num_ranks)]
 
 
 def _auto(label: str, request: SplitRequest, seconds: float, per_microbatch: bool,

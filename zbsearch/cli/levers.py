@@ -91,16 +91,6 @@ def warn_paper_accounting(prof: Profile | None, target: str) -> None:
                       "plan with --memory-model torch-runtime")
 
 
-def warn_recompute_not_applied(schedule: Schedule, what: str) -> None:
-    """Say when a plan recomputes layers that `what` (an export) does not recompute yet; zbsearch run does."""
-    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
-    if levels:
-        names = sorted(levels)
-        print_warning(f"schedule {schedule.name!r} was planned recomputing {len(levels)} layer(s) ({names[0]} ... "
-                      f"{names[-1]}, meta.partition.recompute); {what} does not recompute yet, so memory and time "
-                      "will be those of the plan without recompute")
-
-
 def warn_every_microbatch(schedule: Schedule, what: str) -> None:
     """Say when a plan recomputes only some microbatches of a chunk, which `what` (a trainer that recomputes
     a layer for every microbatch) cannot express."""

@@ -19,6 +19,7 @@ from ..core.errors import ZbsearchError
 from ..core.fileio import write_atomic
 from ..core.ir import Kind, Schedule
 from ..core.profile import Profile
+from ..core.recompute_choice import plan_partition
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
@@ -143,7 +144,7 @@ def run_command(
 def warn_test_model_recompute(schedule: Schedule, problem: Profile | None, model: str | None) -> None:
     """Say when a plan recomputes layers of a profile's model but the run executes a small test model,
     which has none of them (the profile's own model runs the plan's recompute)."""
-    levels = (schedule.meta.get("partition") or {}).get("recompute") or {}
+    levels = plan_partition(schedule.meta).get("recompute") or {}
     runs_profile = problem is not None and isinstance(problem.details.get("model"), dict) and model in (None, "profile")
     if levels and not runs_profile:
         print_warning(f"schedule {schedule.name!r} recomputes {len(levels)} layer(s) of its profile's model "

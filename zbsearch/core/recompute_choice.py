@@ -64,6 +64,12 @@ def recompute_facts(chunks: Sequence[Sequence[Any]], recomputing: Sequence[int])
 MICROBATCHES_KEY = "recompute_microbatches"  # in a plan's meta.partition
 
 
+def plan_partition(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A plan's meta.partition (its split and recompute), empty when it has none."""
+    partition = meta.get("partition")
+    return partition if isinstance(partition, dict) else {}
+
+
 def plan_levels(meta: Mapping[str, Any], name: str, layers: set[str], fix: str) -> dict[str, str]:
     """A plan's recompute levels (`meta.partition.recompute`: layer name to full or selective), checked
     against the layers its chunks hold; `fix` ends the error for a layer it does not hold.
@@ -73,8 +79,7 @@ def plan_levels(meta: Mapping[str, Any], name: str, layers: set[str], fix: str) 
     ScheduleError
         The entry is not such a map, gives another level, or names a layer outside `layers`.
     """
-    partition = meta.get("partition") if isinstance(meta.get("partition"), dict) else {}
-    raw = partition.get("recompute") or {}
+    raw = plan_partition(meta).get("recompute") or {}
     where = f"schedule {name!r} meta.partition.recompute"
     if not isinstance(raw, dict):
         raise ScheduleError(f"{where} must map layer names to full or selective: give {{\"layers.3\": \"full\"}}")
@@ -97,7 +102,7 @@ def recompute_microbatches(meta: Mapping[str, Any], name: str, num_chunks: int,
     ScheduleError
         The entry is not one list (or null) per chunk of microbatch indices in range, each once.
     """
-    raw = (meta.get("partition") or {}).get(MICROBATCHES_KEY) if isinstance(meta.get("partition"), dict) else None
+    raw = plan_partition(meta).get(MICROBATCHES_KEY)
     if raw is None:
         return None
     field = f"schedule {name!r} meta.partition.{MICROBATCHES_KEY}"
@@ -191,7 +196,7 @@ def levels_for_every_microbatch(meta: Mapping[str, Any], name: str, num_chunks: 
     the plan's levels (meta.partition.recompute) less the layers of chunks on which no microbatch
     recomputes, and the chunks that recompute only some of their microbatches. There such a trainer
     recomputes them all: more time than the plan, no more memory."""
-    partition = meta.get("partition") if isinstance(meta.get("partition"), dict) else {}
+    partition = plan_partition(meta)
     levels = dict(partition.get("recompute") or {})
     chosen = recompute_microbatches(meta, name, num_chunks, microbatches)
     chunks = partition.get("chunks") or []

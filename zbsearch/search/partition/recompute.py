@@ -39,7 +39,9 @@ from ...core.objective import Status
 from ...core.partition import groups, route_length
 from ...core.placement import parse_placement
 from ...core.recompute_choice import held_from_f, option_of, with_recompute
+from ...sim.simulate import Timeline
 from ..budget import BUDGET
+from ..problem import Problem
 from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
 from ..solve.microbatch_recompute import recompute_fewer
@@ -109,12 +111,16 @@ def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placemen
     except InfeasibleError:
         return out
     out.objective = start.objective
-    costs = problem.chunk_costs
-    # At its cap: the rank's room would not take one more microbatch of its heaviest chunk.
-    out.tight = tuple(r for r in range(problem.num_ranks)
-                      if start.timeline.peak_memory(r) + max(costs[c].mem_B for c in problem.placement.chunks_on(r))
-                      > problem.limit.per_rank[r])
+    out.tight = ranks_at_cap(problem, start.timeline)
     return out
+
+
+def ranks_at_cap(problem: Problem, timeline: Timeline) -> tuple[int, ...]:
+    """The ranks at their cap: their room would not take one more microbatch of their heaviest chunk."""
+    costs = problem.chunk_costs
+    return tuple(r for r in range(problem.num_ranks)
+                 if timeline.peak_memory(r) + max(costs[c].mem_B for c in problem.placement.chunks_on(r))
+                 > problem.limit.per_rank[r])
 
 
 def _more(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
