@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from .errors import ProfileError, ScheduleError
+from .ir import Schedule
 from .partition import layers_by_stage, summed
 from .profile import Profile
 from .recompute import LEVELS, RecomputeOption
@@ -125,6 +126,13 @@ def recompute_microbatches(meta: Mapping[str, Any], name: str, num_chunks: int,
 def microbatches_meta(chosen: Sequence[frozenset[int] | None]) -> list[list[int] | None]:
     """`recompute_microbatches` as a plan's meta writes it (the inverse of recompute_microbatches)."""
     return [None if entry is None else sorted(entry) for entry in chosen]
+
+
+def with_choice(schedule: Schedule, chosen: Sequence[frozenset[int] | None]) -> Schedule:
+    """The schedule recording, in meta.partition, which microbatches recompute on each chunk (an empty
+    list: none does, and the chunk runs as profiled; exports read it so: levels_for_every_microbatch)."""
+    partition = {**plan_partition(schedule.meta), MICROBATCHES_KEY: microbatches_meta(chosen)}
+    return replace(schedule, meta={**schedule.meta, "partition": partition})
 
 
 def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:

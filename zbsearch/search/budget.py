@@ -58,6 +58,10 @@ class Budget:
     # layer recomputed (each this share), then the walks over recompute levels; the polish and the bound
     # over every choice share what is left. Set by hand, not yet measured by a bench (issue 28's study will).
     recompute_plain_share: float = 0.25
+    # With the choice per microbatch (auto), the best plan's CP-SAT windows that choose the order and which
+    # microbatches recompute together (solve/microbatch_recompute.choose_by_windows): 15 s of them took
+    # llama3-8b p=8 at 49 GiB from 6,200.5 to 6,178.2 ms, 30 s to 6,167.5 ms. Set by hand.
+    recompute_choice_share: float = 0.20
     recompute_walk_share: float = 0.25
     # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve before it gives up (no
     # bound): well under a second per rank in CPython. Tight limits keep the count small (few forwards in

@@ -83,11 +83,15 @@ class Problem:
         profile's memory model applied), read from the profile once: every engine reads these."""
         return tuple(self.profile.chunk_cost(self.placement, c) for c in range(self.placement.num_chunks))
 
+    def recomputes(self, chunk: int, microbatch: int) -> bool:
+        """Whether the microbatch runs the chunk's recomputed layers with recompute (recompute_microbatches)."""
+        chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
+        return chosen is None or microbatch in chosen
+
     def cost_of(self, chunk: int, microbatch: int) -> StageCost:
         """One microbatch's cost on a chunk: the chunk's, or its cost without recompute where the plan keeps
         that microbatch's activations (recompute_microbatches)."""
-        chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
-        return self.chunk_costs[chunk].for_microbatch(chosen is None or microbatch in chosen)
+        return self.chunk_costs[chunk].for_microbatch(self.recomputes(chunk, microbatch))
 
     @cached_property
     def hops(self) -> dict[tuple[int, int], float]:

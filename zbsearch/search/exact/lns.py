@@ -14,6 +14,10 @@ span (or makespan) minus what the window saves on the rank. That is exact for th
 proxy elsewhere; the spliced orders are re-timed with the exact times by the simulator and validated,
 and kept only when the real objective improves (or stays and the ranks' summed spans shrink, which lets
 savings in the middle travel to the end over later steps).
+
+Where a split B raises what a microbatch holds (torch's runtime: cpsat.fusable_chunks), the incumbent's
+full backwards stay whole, and in the window each such backward may run fused or split, as in the full
+model. With `choose`, the window also chooses which of its microbatches recompute (exact/choice.py).
 """
 
 from __future__ import annotations
@@ -21,17 +25,19 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.objective import Objective
+from ...core.recompute_choice import with_choice
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..problem import Pass, Problem, on_grid
-from .cpsat import (Variables, add_one_pass_at_a_time, choose_step, durations, memory_blocks, memory_scale,
+from .cpsat import (Variables, add_one_pass_at_a_time, choose_step, durations, fusable_chunks, memory_scale,
                     scaled_limit)
+from . import choice
 from .run_model import orders_from_starts
 
 # Passes a window frees, about; fewer on short time limits (see _window_size).
@@ -87,20 +93,34 @@ def window_at(grid_tl: Timeline, t0: float, t1: float) -> Window:
     return Window(tuple(before), tuple(inside))
 
 
-def _inside(grid_tl: Timeline, window: Window, r: int) -> list[Action]:
-    return [s.action for s in grid_tl.slots[r][window.before[r]:window.before[r] + window.inside[r]]]
+def _split(action: Action, start: float, dur: dict[Action, int]) -> list[tuple[Action, int]]:
+    """A slot's passes with their grid starts: a full backward (kept whole where the model may fuse it) is
+    its B, then its W as the B ends."""
+    s = int(round(start))
+    if action.kind is not Kind.FULL_B:
+        return [(action, s)]
+    b = Action(action.chunk, Kind.B, action.microbatch)
+    return [(b, s), (Action(action.chunk, Kind.W, action.microbatch), s + dur[b])]
 
 
-def _ranges(window: Window, slots: tuple) -> tuple[dict[Action, int], dict[Action, int], list[list[Action]]]:
-    """Fixed starts of the passes before the window, incumbent starts of those inside (the hint), and
-    each rank's passes after it."""
-    fixed, hint, after = {}, {}, []
+def _inside(grid_tl: Timeline, window: Window, r: int, dur: dict[Action, int]) -> list[Action]:
+    slots = grid_tl.slots[r][window.before[r]:window.before[r] + window.inside[r]]
+    return [a for s in slots for a, _ in _split(s.action, s.start, dur)]
+
+
+def _ranges(window: Window, slots: tuple, dur: dict[Action, int]
+            ) -> tuple[dict[Action, int], dict[Action, int], list[list[Action]], frozenset[Action]]:
+    """Fixed starts of the passes before the window, incumbent starts of those inside (the hint), each
+    rank's passes after it, and the Bs the incumbent runs fused with their W."""
+    fixed, hint, after, fused = {}, {}, [], set()
     for r, rank_slots in enumerate(slots):
         b, n = window.before[r], window.inside[r]
-        fixed.update((s.action, int(round(s.start))) for s in rank_slots[:b])
-        hint.update((s.action, int(round(s.start))) for s in rank_slots[b:b + n])
-        after.append([s.action for s in rank_slots[b + n:]])
-    return fixed, hint, after
+        fixed.update(p for s in rank_slots[:b] for p in _split(s.action, s.start, dur))
+        hint.update(p for s in rank_slots[b:b + n] for p in _split(s.action, s.start, dur))
+        after.append([a for s in rank_slots[b + n:] for a, _ in _split(s.action, s.start, dur)])
+        fused.update(Action(s.action.chunk, Kind.B, s.action.microbatch) for s in rank_slots
+                     if s.action.kind is Kind.FULL_B)
+    return fixed, hint, after, frozenset(fused)
 
 
 @dataclass
@@ -111,20 +131,34 @@ class _WindowModel:
     hint: dict[Action, int]
     fixed: dict[Action, int]
     after: list[list[Action]]
+    flags: choice.Flags
+    fused: frozenset[Action]  # the Bs run fused with their W outside the window (fixed, or after it)
+    hinted_fused: frozenset[Action]  # the window's Bs the incumbent runs fused
 
 
 def _add_window_passes(model: cp_model.CpModel, grid: Problem, inside: list[Pass], fixed: dict[Action, int],
-                       free_at: list[int], horizon: int) -> Variables:
+                       free_at: list[int], horizon: int, flags: choice.Flags, fused: frozenset[Action]) -> Variables:
     """An interval per freed pass, never before its rank is free of the fixed passes nor before its fixed
-    inputs have arrived; inputs inside the window are precedences."""
+    inputs have arrived (a fused B's output as its W ends); inputs inside the window are precedences. A B
+    or W whose microbatch's recompute is chosen here (`flags`) runs as long as the choice says."""
     dur = durations(grid)
     v = Variables(horizon=horizon)
+
+    def ready(src: Action) -> int:
+        done = Action(src.chunk, Kind.W, src.microbatch) if src in fused else src
+        return fixed[done] + dur[done]
+
     for ps in inside:
         a = ps.action
-        lo = max([free_at[ps.rank]] + [fixed[src] + dur[src] + int(hop) for src, hop in ps.inputs if src in fixed])
+        lo = max([free_at[ps.rank]] + [ready(src) + int(hop) for src, hop in ps.inputs if src in fixed])
         s = model.new_int_var(lo, max(lo, horizon - dur[a]), f"start_{a}")
-        v.start[a], v.end[a] = s, s + dur[a]
-        v.interval[a] = model.new_fixed_size_interval_var(s, dur[a], f"run_{a}")
+        v.start[a] = s
+        flag = flags.get((a.chunk, a.microbatch)) if a.kind is not Kind.F else None
+        if flag is None:
+            v.end[a] = s + dur[a]
+            v.interval[a] = model.new_fixed_size_interval_var(s, dur[a], f"run_{a}")
+        else:
+            v.end[a], v.interval[a] = choice.add_chosen_interval(model, grid, a, s, flag, horizon)
     for ps in inside:
         for src, hop in ps.inputs:
             if src in v.start:
@@ -132,10 +166,30 @@ def _add_window_passes(model: cp_model.CpModel, grid: Problem, inside: list[Pass
     return v
 
 
-def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fixed: dict[Action, int]) -> None:
+def _add_window_fusion(model: cp_model.CpModel, grid: Problem, inside: list[Pass], v: Variables) -> None:
+    """Where a split B raises what a microbatch holds (cpsat.fusable_chunks), a B and its W both in the
+    window may run fused: W then starts as B ends, and what waits on B's gradient waits for W's end (as
+    the simulator has it); the block held from B's end to W's is then absent (_add_window_memory)."""
+    fusable = fusable_chunks(grid)
+    for ps in inside:
+        b = ps.action
+        w = Action(b.chunk, Kind.W, b.microbatch)
+        if b.kind is Kind.B and b.chunk in fusable and w in v.start:
+            v.fused[b] = model.new_bool_var(f"fused_{b}")
+            model.add(v.start[w] == v.end[b]).only_enforce_if(v.fused[b])
+    for ps in inside:
+        for src, hop in ps.inputs:
+            if src in v.fused and ps.action.kind is not Kind.W:
+                w = Action(src.chunk, Kind.W, src.microbatch)
+                model.add(v.start[ps.action] >= v.end[w] + int(hop)).only_enforce_if(v.fused[src])
+
+
+def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fixed: dict[Action, int],
+                       flags: choice.Flags) -> None:
     """Each rank's limit over the window: blocks a fixed pass opened and a freed pass closes start at
     their fixed time, blocks the window opens and a later pass closes last to the horizon, and blocks
-    held across the whole window (opened before it, closed after) come off the limit."""
+    held across the whole window (opened before it, closed after) come off the limit. A microbatch whose
+    recompute is chosen here opens blocks as large as the choice says (choice.chosen_blocks)."""
     scale, dur = memory_scale(grid), durations(grid)
 
     def when(a: Action, at_end: bool) -> int | cp_model.LinearExpr | None:
@@ -154,53 +208,67 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
         intervals, demands, held = [], [], 0
         for ps in forwards[r]:
             f = ps.action
-            cost = grid.cost_of(f.chunk, f.microbatch)
-            for block, demand, src, until in memory_blocks(cost, f, scale):
+            for block, demand, src, until in choice.chosen_blocks(grid, f, scale, flags.get((f.chunk, f.microbatch))):
                 opened, closed = when(src, src != f), None if until is None else when(until, True)
-                if demand <= 0 or opened is None or (src not in v.start and until is not None and until in fixed):
+                if opened is None or (src not in v.start and until is not None and until in fixed):
                     continue  # never opened before the window ends, or closed before it starts
                 if src not in v.start and (until is None or until not in v.start):
                     held += demand  # opened before the window, closed after it
                     continue
                 end = closed if closed is not None and until in v.start else v.horizon
                 size = model.new_int_var(0, v.horizon, f"held_{f}_{block}")
-                intervals.append(model.new_interval_var(opened, size, end, f"mem_{f}_{block}"))
+                if src in v.fused:  # from B's end to W's: held only where the two run apart
+                    intervals.append(model.new_optional_interval_var(opened, size, end, ~v.fused[src],
+                                                                     f"mem_{f}_{block}"))
+                else:
+                    intervals.append(model.new_interval_var(opened, size, end, f"mem_{f}_{block}"))
                 demands.append(demand)
         if intervals:
             model.add_cumulative(intervals, demands, scaled_limit(cap, scale) - held)
 
 
-def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objective: str) -> _WindowModel:
-    """The window's CP-SAT model (see the module's docstring), with the incumbent as a complete hint."""
-    fixed, hint, after = _ranges(window, grid_tl.slots)
+def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objective: str,
+                       choose: bool = False) -> _WindowModel:
+    """The window's CP-SAT model (see the module's docstring), with the incumbent as a complete hint.
+    With `choose`, the model also chooses which of the window's microbatches recompute (exact/choice.py)."""
     dur = durations(grid)
+    fixed, hint, after, fused = _ranges(window, grid_tl.slots, dur)
     by_action = {ps.action: ps for ps in grid.passes}
     inside = [by_action[a] for a in hint]
-    free_at = [max([fixed[s.action] + dur[s.action] for s in grid_tl.slots[r][:window.before[r]]], default=0)
-               for r in range(grid.num_ranks)]
+    free_at = [max([fixed[a] + dur[a] for s in grid_tl.slots[r][:window.before[r]]
+                    for a, _ in _split(s.action, s.start, dur)], default=0) for r in range(grid.num_ranks)]
     spread = max(hint.values(), default=0) - min(hint.values(), default=0)
-    horizon = int(math.ceil(grid_tl.makespan)) + spread + max(dur.values()) + 1
     model = cp_model.CpModel()
-    v = _add_window_passes(model, grid, inside, fixed, free_at, horizon)
+    flags = choice.add_flags(model, grid, hint) if choose else {}
+    extra = len(flags) * choice.most_extra(grid)  # each chosen recompute may lengthen the rank by so much
+    horizon = int(math.ceil(grid_tl.makespan)) + spread + max(dur.values()) + extra + 1
+    v = _add_window_passes(model, grid, inside, fixed, free_at, horizon, flags, fused)
+    _add_window_fusion(model, grid, inside, v)
     add_one_pass_at_a_time(model, grid, v, inside)
-    _add_window_memory(model, grid, v, fixed)
+    _add_window_memory(model, grid, v, fixed, flags)
     rank_end = _add_rigid_objective(model, grid, grid_tl, window, v, objective, free_at)
     # A complete hint (ends and the objective follow from the starts) is taken as a first solution at once.
     for a, s in hint.items():
         model.add_hint(v.start[a], s)
+        if a.kind is not Kind.F and (a.chunk, a.microbatch) in flags:
+            model.add_hint(v.end[a], s + dur[a])
+    choice.hint_flags(model, grid, flags)
+    for b, var in v.fused.items():
+        model.add_hint(var, b in fused)
     for r, end in enumerate(rank_end):
-        model.add_hint(end, max([hint[a] + dur[a] for a in _inside(grid_tl, window, r)], default=free_at[r]))
-    return _WindowModel(model, v, rank_end, hint, fixed, after)
+        model.add_hint(end, max([hint[a] + dur[a] for a in _inside(grid_tl, window, r, dur)], default=free_at[r]))
+    return _WindowModel(model, v, rank_end, hint, fixed, after, flags,
+                        frozenset(b for b in fused if b not in v.start), frozenset(b for b in fused if b in v.fused))
 
 
 def _add_rigid_objective(model: cp_model.CpModel, grid: Problem, grid_tl: Timeline, window: Window, v: Variables,
                          objective: str, free_at: list[int]) -> list[cp_model.IntVar]:
     """Minimize the largest span (or end) when the rest of each rank moves with its window's end, then
     the sum of the ranks' window ends (scaled below one unit of the first)."""
-    rank_end = []
+    rank_end, dur = [], durations(grid)
     top = model.new_int_var(0, 10 * v.horizon, "objective")
     for r, slots in enumerate(grid_tl.slots):
-        mine = _inside(grid_tl, window, r)
+        mine = _inside(grid_tl, window, r, dur)
         end = model.new_int_var(free_at[r], v.horizon, f"window_end_{r}")
         if mine:
             model.add_max_equality(end, [v.end[a] for a in mine])
@@ -216,20 +284,23 @@ def _add_rigid_objective(model: cp_model.CpModel, grid: Problem, grid_tl: Timeli
     return rank_end
 
 
-def splice(grid: Problem, wm: _WindowModel, starts: dict[Action, int], name: str) -> Schedule:
-    """Each rank's fixed passes, then its window in the solved order, then the rest in its old order."""
+def splice(grid: Problem, wm: _WindowModel, starts: dict[Action, int], name: str,
+           fused: frozenset[Action] = frozenset()) -> Schedule:
+    """Each rank's fixed passes, then its window in the solved order, then the rest in its old order;
+    `fused`: the window's Bs solved fused with their W (those outside it stay as they ran)."""
     shift = wm.v.horizon + 1
     every = dict(wm.fixed)
     every.update(starts)
     for rank in wm.after:
         every.update((a, shift + k) for k, a in enumerate(rank))
-    return orders_from_starts(grid, every, name)
+    return orders_from_starts(grid, every, name, wm.fused | fused)
 
 
 def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: str, seconds: float,
-                 workers: int, seed: int) -> Schedule | None:
-    """The window re-solved and spliced back; None when CP-SAT found nothing (or only the hint)."""
-    wm = build_window_model(grid, grid_tl, window, objective)
+                 workers: int, seed: int, choose: bool = False) -> tuple[Schedule, choice.Choice | None] | None:
+    """The window re-solved and spliced back, with the recompute choice it runs (None: every microbatch
+    recomputes); None when CP-SAT found nothing (or only the hint). `choose`: see build_window_model."""
+    wm = build_window_model(grid, grid_tl, window, objective, choose)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = max(1, workers)
@@ -238,9 +309,13 @@ def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: st
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     starts = {a: int(solver.value(s)) for a, s in wm.v.start.items()}
-    if starts == wm.hint:
+    fused = frozenset(b for b, var in wm.v.fused.items() if solver.boolean_value(var))
+    changed = choice.changed(grid, wm.flags, solver)
+    if starts == wm.hint and not changed and fused == wm.hinted_fused:
         return None
-    return splice(grid, wm, starts, "zbsearch")
+    chosen = choice.read_choice(grid, wm.flags, solver) if changed else grid.recompute_microbatches
+    schedule = splice(grid, wm, starts, "zbsearch", fused)
+    return (schedule, None) if chosen is None else (with_choice(schedule, chosen), chosen)
 
 
 def _window_size(total: int, seconds: float) -> int:
@@ -265,10 +340,15 @@ def pick_window(grid_tl: Timeline, size: int, k: int, rng: random.Random) -> Win
 
 
 def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: Timeline | None = None,
-            workers: int = 2, seed: int = 0, resolution: int = 20) -> tuple[Schedule, Timeline, float, LnsStats] | None:
+            workers: int = 2, seed: int = 0, resolution: int = 20,
+            choose: bool = False) -> tuple[Schedule, Timeline, float, LnsStats] | None:
     """Windows re-solved one after another until `deadline` (time.monotonic()), from `schedule` (its
-    backwards split into B and W); never worse than it. None when `schedule` is not valid. `timeline`:
-    the schedule's, when the caller has validated it already (a full validation is costly on large models)."""
+    backwards split into B and W, except where a split B raises memory: cpsat.fusable_chunks, whose full
+    backwards the windows may keep whole or split); never worse than it. None when `schedule` is not valid. `timeline`:
+    the schedule's, when the caller has validated it already (a full validation is costly on large models).
+    With `choose` the windows also choose which microbatches recompute (exact/choice.py): `problem` and
+    `schedule` carry the choice to start from (Problem.recompute_microbatches, and the same in the
+    schedule's meta), and the schedule returned carries the one it runs."""
     stats = LnsStats()
     best, best_tl = schedule, timeline
     if best_tl is None:
@@ -287,9 +367,11 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
         seconds = min(WINDOW_SECONDS, left - MIN_SECONDS / 2)
         window = pick_window(grid_tl, _window_size(len(grid.passes), seconds), stats.windows, rng)
         stats.windows += 1
-        candidate = solve_window(grid, grid_tl, window, problem.objective, seconds, workers, seed + stats.windows)
-        if candidate is None:
+        solved = solve_window(grid, grid_tl, window, problem.objective, seconds, workers, seed + stats.windows,
+                              choose)
+        if solved is None:
             continue
+        candidate, chosen = solved
         report = check(candidate, problem.profile, problem.limit)
         if not report.ok or report.timeline is None:
             stats.rejected += 1
@@ -299,6 +381,7 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
             stats.accepted += 1
             stats.improved += obj < best_obj * (1 - 1e-12)
             best, best_tl, best_obj, best_sum = candidate, report.timeline, obj, total
+            grid = replace(grid, recompute_microbatches=chosen)
             grid_tl = simulate(best, grid.profile)
             stats.history.append(best_obj)
     return best, best_tl, best_obj, stats

@@ -44,7 +44,7 @@ from ..budget import BUDGET
 from ..problem import Problem
 from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
-from ..solve.microbatch_recompute import recompute_fewer
+from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
 from ..solve.starts import Start, heuristic_start
 from .candidates import balanced_counts
 from .report import split_facts
@@ -260,12 +260,17 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     if best is not None:
         chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
                                  placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
-        left = time_limit - (time.monotonic() - t0) - BUDGET.split_bound_share * time_limit
+        kept_back = BUDGET.split_bound_share + (BUDGET.recompute_choice_share if per_microbatch else 0.0)
+        left = time_limit - (time.monotonic() - t0) - kept_back * time_limit
         results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
                                      progress=progress))
-    if per_microbatch:  # each plan with only the microbatches that need it recomputing, then compared
-        results = [_fewer_microbatches(r) for r in results]
-    return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+    if not per_microbatch:
+        return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+    # Each plan with only the microbatches that need it recomputing; the best then with the order and the
+    # choice made together by CP-SAT windows.
+    best_plan = min((_fewer_microbatches(r) for r in results), key=lambda r: r.objective)
+    until = t0 + (1 - BUDGET.split_bound_share) * time_limit
+    return _bound_over_recompute(request, _choose_by_windows(best_plan, until, workers, seed), t0 + time_limit)
 
 
 def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: bool) -> list[Levels]:
@@ -286,11 +291,23 @@ def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: 
 
 def _fewer_microbatches(result: SolveResult) -> SolveResult:
     """`result` with only the microbatches that need it recomputing (solve/microbatch_recompute.py)."""
-    start = Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
-    problem, fewer = recompute_fewer(result.problem, start)
-    if fewer is start:
+    return _as_result(result, *recompute_fewer(result.problem, _as_start(result)))
+
+
+def _choose_by_windows(result: SolveResult, deadline: float, workers: int, seed: int) -> SolveResult:
+    """`result` improved by CP-SAT windows choosing order and recompute per microbatch together."""
+    return _as_result(result, *choose_by_windows(result.problem, _as_start(result), deadline, workers, seed))
+
+
+def _as_start(result: SolveResult) -> Start:
+    return Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
+
+
+def _as_result(result: SolveResult, problem: Problem, start: Start) -> SolveResult:
+    """`result` with another schedule of its split (and the problem with that schedule's choice)."""
+    if start.schedule is result.schedule:
         return result
-    return replace(result, problem=problem, schedule=fewer.schedule, timeline=fewer.timeline, objective=fewer.objective)
+    return replace(result, problem=problem, schedule=start.schedule, timeline=start.timeline, objective=start.objective)
 
 
 def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:

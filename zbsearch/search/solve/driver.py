@@ -17,6 +17,7 @@ from ..bounds.analytic import RankBound, objective_bound, rank_bounds
 from ..bounds.relaxations import bound_passes, fusion_saves, fusion_saves_time
 from ..budget import BUDGET, Budget
 from ..exact import lns
+from ..exact.cpsat import fusable_chunks
 from ..problem import Problem
 from .grid import OPTIMAL_RTOL, GridSearch, refine
 from .incumbent import fuse_if_faster, with_backwards_split
@@ -149,7 +150,7 @@ def _improve_by_lns(problem: Problem, best: Start, until: float, workers: int, s
     left for its first check and one window."""
     if until - time.monotonic() < 2 * (lns.MIN_SECONDS + lns.overhead(problem)):
         return best, None, None
-    split = with_backwards_split(best.schedule)
+    split = with_backwards_split(best.schedule, keep_whole=fusable_chunks(problem))
     known = best.timeline if split.ranks == best.schedule.ranks else None  # validated already, unless split differs
     found = lns.improve(problem, split, until, timeline=known, workers=workers, seed=seed, resolution=resolution)
     if found is None:

@@ -16,10 +16,13 @@ from dataclasses import replace
 from typing import Sequence
 
 from ...core.ir import Action, Kind, Schedule
-from ...core.recompute_choice import MICROBATCHES_KEY, microbatches_meta
+from ...core.recompute_choice import recompute_microbatches, with_choice
 from ...sim.simulate import PassCosts, memory_steps, simulate
 from ...sim.validate import check, over_limit
+from ..exact import lns
+from ..exact.cpsat import fusable_chunks
 from ..problem import Problem
+from .incumbent import with_backwards_split
 from .starts import Start
 
 Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all)
@@ -33,16 +36,21 @@ def rank_peak(problem: Problem, actions: Sequence[Action], choice: Choice) -> fl
 
 def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
     """Per chunk, the microbatches that still recompute once every microbatch whose activations fit on
-    its rank (under the schedule's order) keeps them; None when none fits. Microbatches are tried in the
+    its rank (under the schedule's order) keeps them, besides those the problem keeps already; None when
+    none does. Microbatches are tried in the
     reverse of the order their forwards run: the drain holds least, and each kept one leaves the next
     window of in-flight microbatches one fewer to keep."""
-    keeps: set[tuple[int, int]] = set()
     costs = problem.chunk_costs
+    # Those the problem keeps already stay kept: the order was made for them.
+    keeps = {(c, i) for c, cost in enumerate(costs) if cost.without_recompute is not None
+             for i in range(problem.num_microbatches) if not problem.recomputes(c, i)}
     for r, ranked in enumerate(schedule.ranks):
         cap = problem.limit.per_rank[r]
         forwards = [a for action in ranked for a in action.passes()
                     if a.kind is Kind.F and costs[a.chunk].without_recompute is not None]
         for f in reversed(forwards):
+            if (f.chunk, f.microbatch) in keeps:
+                continue
             keeps.add((f.chunk, f.microbatch))
             if over_limit(rank_peak(problem, ranked, _choice(problem, keeps)), cap):
                 keeps.discard((f.chunk, f.microbatch))
@@ -54,14 +62,6 @@ def _choice(problem: Problem, keeps: set[tuple[int, int]]) -> Choice:
     m = problem.num_microbatches
     return tuple(None if cost.without_recompute is None else frozenset(i for i in range(m) if (c, i) not in keeps)
                  for c, cost in enumerate(problem.chunk_costs))
-
-
-def with_choice(schedule: Schedule, choice: Choice) -> Schedule:
-    """The schedule recording, in meta.partition, which microbatches recompute on each chunk (an empty
-    list: none does, and the chunk runs as profiled; exports read it so, core.recompute_choice.
-    levels_for_every_microbatch)."""
-    partition = {**(schedule.meta.get("partition") or {}), MICROBATCHES_KEY: microbatches_meta(choice)}
-    return replace(schedule, meta={**schedule.meta, "partition": partition})
 
 
 def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tuple[Problem, Start]:
@@ -82,3 +82,25 @@ def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tu
         timeline = simulate(schedule, problem.profile)
     chosen = replace(problem, recompute_microbatches=choice)
     return chosen, Start(start.name, schedule, timeline, problem.objective.of(timeline))
+
+
+def choose_by_windows(problem: Problem, start: Start, deadline: float, workers: int = 2,
+                      seed: int = 0) -> tuple[Problem, Start]:
+    """`start` improved until `deadline` (time.monotonic()) by large-neighbourhood windows that choose the
+    order and which microbatches recompute together (exact/lns.py with exact/choice.py), then with the
+    microbatches that fit keeping their activations again (recompute_fewer); both unchanged where no
+    chunk recomputes or nothing better was found. `problem` and `start` carry the same choice."""
+    if all(cost.without_recompute is None for cost in problem.chunk_costs):
+        return problem, start
+    split = with_backwards_split(start.schedule, keep_whole=fusable_chunks(problem))
+    found = lns.improve(problem, split, deadline, workers=workers, seed=seed,
+                        choose=True)
+    if found is None or not found[2] < start.objective * (1 - 1e-12):
+        return problem, start
+    schedule, timeline, objective, _ = found
+    chosen = recompute_microbatches(schedule.meta, schedule.name, len(problem.chunk_costs), problem.num_microbatches)
+    assert chosen is not None  # the windows choose on chunks that recompute: the schedule says what they chose
+    # The start's meta (its split, levels and solver facts) with the windows' choice.
+    schedule = with_choice(replace(schedule, name="zbsearch", meta=start.schedule.meta), chosen)
+    return recompute_fewer(replace(problem, recompute_microbatches=chosen),
+                           Start(start.name, schedule, timeline, objective))

@@ -1,0 +1,81 @@
+"""Recompute chosen per microbatch (issue 28, deliverable 3): the greedy choice on a fixed order, and
+CP-SAT windows that choose the order and which microbatches recompute together (exact/choice.py)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from zbsearch.core.placement import parse_placement
+from zbsearch.core.recompute_choice import recompute_microbatches, with_recompute
+from zbsearch.search.partition.recompute import all_full
+from zbsearch.search.partition.search import SplitRequest, SplitSearch
+from zbsearch.search.solve.microbatch_recompute import choose_by_windows, recompute_fewer
+from zbsearch.search.solve.starts import heuristic_start
+from zbsearch.sim.validate import check
+
+from ..partition.test_recompute import block, profile
+
+
+def toy_problem(cap: str, m: int = 8):
+    """Four blocks on two ranks, every block recomputed on every microbatch, two blocks a rank."""
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], m)
+    request = SplitRequest(prof, 2, ("linear",), cap, "makespan")
+    levels = all_full(request)
+    search = SplitSearch(SplitRequest(with_recompute(prof, levels, restage=False), 2, ("linear",), cap, "makespan"),
+                         math.inf)
+    return search.problem(parse_placement("linear", 2), (3, 3))
+
+
+def test_windows_choose_order_and_microbatches_faster_than_the_greedy_choice() -> None:
+    """At m=8 the whole problem is one window. At 16 GiB the heuristic's start is GPipe with fused
+    backwards (a recomputed block, split, holds its rebuilt activations from I until W), and no
+    microbatch fits kept on its order; the windows, which may fuse or split each backward, choose the
+    order and which microbatches recompute together: faster, some microbatches kept. The plan passes the
+    validator as it carries its choice, and is costed as solved."""
+    problem = toy_problem("16GiB")
+    start = heuristic_start(problem)
+    _, greedy = recompute_fewer(problem, start)
+    chosen_problem, chosen = choose_by_windows(problem, start, time.monotonic() + 6)
+    assert chosen.objective < min(start.objective, greedy.objective) * (1 - 1e-6)
+    choice = recompute_microbatches(chosen.schedule.meta, "plan", 2, 8)
+    assert choice == chosen_problem.recompute_microbatches
+    recomputing = [len(entry) for entry in choice if entry is not None]
+    assert 0 < sum(recomputing) < 8 * len(recomputing)  # some microbatches recompute, not all
+    report = check(chosen.schedule, problem.profile, problem.limit)
+    assert report.ok, report
+    assert report.timeline is not None and math.isclose(report.timeline.makespan, chosen.objective, rel_tol=1e-9)
+
+
+def test_windows_keep_every_microbatch_where_the_cap_is_roomy() -> None:
+    """With room for every microbatch's activations nothing needs recompute: the windows keep them all."""
+    problem = toy_problem("200GiB")
+    start = heuristic_start(problem)
+    chosen_problem, chosen = choose_by_windows(problem, start, time.monotonic() + 4)
+    assert chosen_problem.recompute_microbatches is not None
+    assert all(not entry for entry in chosen_problem.recompute_microbatches if entry is not None)
+    assert check(chosen.schedule, problem.profile, problem.limit).ok
+
+
+def test_windows_start_from_fused_backwards_that_hold_too_much_split() -> None:
+    """Under torch's runtime a recomputed block's split I holds its rebuilt activations until W: the
+    heuristic's GPipe start at 16 GiB is valid only with its backwards fused. The windows keep those whole
+    (and may split them): they run from it, and their plan, with every microbatch recomputing, is valid and
+    no slower."""
+    from zbsearch.core.ir import Kind
+    from zbsearch.search.exact import lns
+    from zbsearch.search.exact.cpsat import fusable_chunks
+    from zbsearch.search.solve.incumbent import with_backwards_split
+
+    problem = toy_problem("16GiB")
+    start = heuristic_start(problem)
+    assert not check(with_backwards_split(start.schedule), problem.profile, problem.limit).ok
+    kept_whole = with_backwards_split(start.schedule, keep_whole=fusable_chunks(problem))
+    assert any(a.kind is Kind.FULL_B for rank in kept_whole.ranks for a in rank)
+    found = lns.improve(problem, kept_whole, time.monotonic() + 3)
+    assert found is not None
+    schedule, timeline, objective, _ = found
+    assert objective <= start.objective * (1 + 1e-9)
+    report = check(schedule, problem.profile, problem.limit)
+    assert report.ok and report.timeline is not None
+    assert math.isclose(report.timeline.makespan, objective, rel_tol=1e-9)
