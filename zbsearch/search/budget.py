@@ -58,9 +58,11 @@ class Budget:
     # layer recomputed (each this share), then the walks over recompute levels; the polish and the bound
     # over every choice share what is left. Set by hand, not yet measured by a bench (issue 28's study will).
     recompute_plain_share: float = 0.25
-    # With the choice per microbatch (auto), the best plan's CP-SAT windows that choose the order and which
-    # microbatches recompute together (solve/microbatch_recompute.choose_by_windows): 15 s of them took
-    # llama3-8b p=8 at 49 GiB from 6,200.5 to 6,178.2 ms, 30 s to 6,167.5 ms. Set by hand.
+    # With the choice per microbatch (auto), the polish stops this share (and split_bound_share) before the
+    # end; the bound then takes about a second, and the best plan's CP-SAT windows that choose the order and
+    # which microbatches recompute together (solve/microbatch_recompute.choose_by_windows) take the rest. In
+    # `python bench/memory_levers.py` (T = 25 s): 3.9 s of windows took deepseek-v2-lite p=8 at 36 GiB from
+    # 1,264.6 to 1,243.4 ms, and the bound took 1.1 s. Set by hand.
     recompute_choice_share: float = 0.20
     recompute_walk_share: float = 0.25
     # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve before it gives up (no

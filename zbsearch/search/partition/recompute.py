@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ...core.errors import InfeasibleError
 from ...core.ir import Placement
@@ -268,9 +268,12 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
         return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
     # Each plan with only the microbatches that need it recomputing; the best then with the order and the
     # choice made together by CP-SAT windows.
+    # The bound first (it needs only some plan's objective to prune with), so that the windows get the
+    # time it does not take.
     best_plan = min((_fewer_microbatches(r) for r in results), key=lambda r: r.objective)
-    until = t0 + (1 - BUDGET.split_bound_share) * time_limit
-    return _bound_over_recompute(request, _choose_by_windows(best_plan, until, workers, seed), t0 + time_limit)
+    bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
+    chosen = _choose_by_windows(best_plan, t0 + time_limit, workers, seed)
+    return _bound_over_recompute(request, chosen, t0 + time_limit, bound)
 
 
 def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: bool) -> list[Levels]:
@@ -310,11 +313,21 @@ def _as_result(result: SolveResult, problem: Problem, start: Start) -> SolveResu
     return replace(result, problem=problem, schedule=start.schedule, timeline=start.timeline, objective=start.objective)
 
 
-def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float) -> SolveResult:
-    """`result` with the bound over every split and every recompute choice (on least_memory's layers)."""
+Bound = tuple[float, dict[str, Any]]  # the bound over every split and recompute choice, and by placement
+
+
+def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float) -> Bound:
+    """The bound over every split and every recompute choice (on least_memory's layers); `incumbent`, the
+    objective of a plan found, only prunes the splits searched (any plan's objective may)."""
     layers = least_memory(request.profile.layers or ())
     relaxed = replace(request, profile=replace(request.profile, layers=layers))
-    bound, how = any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), result.objective, deadline)
+    return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), incumbent, deadline)
+
+
+def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float,
+                          known: Bound | None = None) -> SolveResult:
+    """`result` with the bound over every split and every recompute choice (`known`, else taken now)."""
+    bound, how = known if known is not None else _bound_over_choices(request, result.objective, deadline)
     lower = min(result.objective, bound)
     status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     partition = result.details.partition
