@@ -4,6 +4,7 @@ below the best of them (brute force), and where memory throttles the plan the se
 from __future__ import annotations
 
 import itertools
+import time
 import math
 
 import pytest
@@ -141,3 +142,32 @@ def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
     auto = search_with_recompute(request, time_limit=6)
     assert auto.schedule.meta["partition"]["recompute"]
     assert all(row["fits"] for row in auto.details.partition.facts["ranks"])
+
+
+def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
+    """From the joint search's plan without recompute at a cap that throttles it, the windows may recompute
+    on any chunk (the plan widened: every chunk lists its layers' full option, no microbatch recomputing),
+    and the plan that comes back names levels only where some microbatch recomputes; validated on the
+    profile from its file, it is costed as the search costed it."""
+    from typer.testing import CliRunner
+
+    from zbsearch.cli.app import app
+    from zbsearch.search.partition.microbatch_choice import choose_on_every_chunk
+    from zbsearch.search.partition.recompute import all_full
+
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
+    plain = search_splits(request, time_limit=3)
+    chosen = choose_on_every_chunk(request, plain, time.monotonic() + 5, 2, 0, all_full(request))
+    assert chosen.objective < plain.objective * 0.9
+    partition = chosen.schedule.meta["partition"]
+    lists = partition["recompute_microbatches"]
+    recomputing = {name for chunk, entry in zip(partition["chunks"], lists) if entry is None or entry
+                   for name in chunk}
+    assert partition["recompute"] and set(partition["recompute"]) <= recomputing
+    prof.save(tmp_path / "p.json")
+    chosen.schedule.save(tmp_path / "plan.json")
+    out = CliRunner().invoke(app, ["validate", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "p.json"),
+                                   "--mem-limit", "14GiB"])
+    assert out.exit_code == 0, out.output
+    assert f"makespan {chosen.objective:.4g} unit; within --mem-limit 14GiB" in out.stdout

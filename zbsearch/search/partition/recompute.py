@@ -44,9 +44,10 @@ from ..budget import BUDGET
 from ..problem import Problem
 from ..solve.driver import Progress, SolveResult
 from ..solve.grid import OPTIMAL_RTOL
-from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
-from ..solve.starts import Start, heuristic_start
+from ..solve.microbatch_recompute import recompute_fewer
+from ..solve.starts import heuristic_start
 from .candidates import balanced_counts
+from .microbatch_choice import choose_on_every_chunk, fewer_microbatches, route_counts
 from .report import split_facts
 from .search import (
     SplitRequest,
@@ -240,7 +241,7 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
              if isinstance(start, SolveResult)]
     if not found:
         raise starts[1]
-    firsts = [_evaluate(request, levels, placement, _counts(start, placement), per_microbatch)
+    firsts = [_evaluate(request, levels, placement, route_counts(start, placement), per_microbatch)
               for levels, start in found for placement in [parse_placement(start.problem.placement.name,
                                                                            request.num_ranks)]]
     firsts += _other_placements(request, {x.placement.name for x in firsts}, per_microbatch)
@@ -270,9 +271,9 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     # choice made together by CP-SAT windows.
     # The bound first (it needs only some plan's objective to prune with), so that the windows get the
     # time it does not take.
-    best_plan = min((_fewer_microbatches(r) for r in results), key=lambda r: r.objective)
+    best_plan = min((fewer_microbatches(r) for r in results), key=lambda r: r.objective)
     bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
-    chosen = _choose_by_windows(best_plan, t0 + time_limit, workers, seed)
+    chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, all_full(request))
     return _bound_over_recompute(request, chosen, t0 + time_limit, bound)
 
 
@@ -290,27 +291,6 @@ def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: 
         if first.objective < math.inf:
             out.append(first)
     return out
-
-
-def _fewer_microbatches(result: SolveResult) -> SolveResult:
-    """`result` with only the microbatches that need it recomputing (solve/microbatch_recompute.py)."""
-    return _as_result(result, *recompute_fewer(result.problem, _as_start(result)))
-
-
-def _choose_by_windows(result: SolveResult, deadline: float, workers: int, seed: int) -> SolveResult:
-    """`result` improved by CP-SAT windows choosing order and recompute per microbatch together."""
-    return _as_result(result, *choose_by_windows(result.problem, _as_start(result), deadline, workers, seed))
-
-
-def _as_start(result: SolveResult) -> Start:
-    return Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
-
-
-def _as_result(result: SolveResult, problem: Problem, start: Start) -> SolveResult:
-    """`result` with another schedule of its split (and the problem with that schedule's choice)."""
-    if start.schedule is result.schedule:
-        return result
-    return replace(result, problem=problem, schedule=start.schedule, timeline=start.timeline, objective=start.objective)
 
 
 Bound = tuple[float, dict[str, Any]]  # the bound over every split and recompute choice, and by placement
@@ -336,10 +316,3 @@ def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: 
     facts = replace(partition, rule=request.rule, facts=split_facts(result, request.rule),
                     any_split_bound=bound, any_split_bound_by_placement=how)
     return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
-
-
-def _counts(result: SolveResult, placement: Placement) -> tuple[int, ...]:
-    """Layers per route position of a partition search's result."""
-    chunks = result.problem.profile.partition
-    assert chunks is not None
-    return tuple(len(chunks[c]) for c in placement.routes[0])
