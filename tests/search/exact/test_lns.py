@@ -122,3 +122,15 @@ def test_solve_runs_the_search_when_the_full_model_is_skipped():
     assert result.objective <= result.heuristic_objective
     validate(result.schedule, problem.profile, problem.limit)
     assert simulate(result.schedule, problem.profile).span == pytest.approx(result.objective)
+
+
+def test_a_window_holding_every_pass_solved_to_optimality_ends_the_search() -> None:
+    """p=2, m=4: the first window holds all 24 passes; once CP-SAT proves it optimal on the grid no later
+    window can do better there, so the search stops instead of re-solving the same model to its deadline."""
+    problem = _problem(2, 4, seed=1, limit="1p")
+    start = with_backwards_split(one_at_a_time(problem))
+    found = lns.improve(problem, start, time.monotonic() + 30, workers=1)
+    assert found is not None
+    schedule, timeline, objective, stats = found
+    assert stats.settled and stats.windows == 1
+    assert check(schedule, problem.profile, problem.limit).ok

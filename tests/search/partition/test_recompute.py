@@ -158,7 +158,7 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
     plain = search_splits(request, time_limit=3)
-    chosen = choose_on_every_chunk(request, plain, time.monotonic() + 5, 2, 0, all_full(request))
+    chosen = choose_on_every_chunk(request, plain, time.monotonic() + 4, 2, 0, all_full(request))
     assert chosen.objective < plain.objective * 0.9
     partition = chosen.schedule.meta["partition"]
     lists = partition["recompute_microbatches"]

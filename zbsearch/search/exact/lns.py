@@ -64,6 +64,7 @@ class LnsStats:
     accepted: int = 0
     improved: int = 0
     rejected: int = 0  # re-timed orders that failed the exact check
+    settled: bool = False  # the last window held every pass and was solved to optimality
     history: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -297,15 +298,21 @@ def splice(grid: Problem, wm: _WindowModel, starts: dict[Action, int], name: str
 
 
 def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: str, seconds: float,
-                 workers: int, seed: int, choose: bool = False) -> tuple[Schedule, choice.Choice | None] | None:
+                 workers: int, seed: int, choose: bool = False,
+                 stats: LnsStats | None = None) -> tuple[Schedule, choice.Choice | None] | None:
     """The window re-solved and spliced back, with the recompute choice it runs (None: every microbatch
-    recomputes); None when CP-SAT found nothing (or only the hint). `choose`: see build_window_model."""
+    recomputes); None when CP-SAT found nothing (or only the hint). `choose`: see build_window_model.
+    `stats.settled` is set when the window held every pass and CP-SAT proved it optimal: no later window
+    can do better on the grid."""
     wm = build_window_model(grid, grid_tl, window, objective, choose)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = max(1, workers)
     solver.parameters.random_seed = seed
     status = solver.solve(wm.model)
+    if stats is not None:
+        stats.settled = status == cp_model.OPTIMAL and not any(window.before) and sum(window.inside) == sum(
+            len(slots) for slots in grid_tl.slots)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     starts = {a: int(solver.value(s)) for a, s in wm.v.start.items()}
@@ -368,8 +375,10 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
         window = pick_window(grid_tl, _window_size(len(grid.passes), seconds), stats.windows, rng)
         stats.windows += 1
         solved = solve_window(grid, grid_tl, window, problem.objective, seconds, workers, seed + stats.windows,
-                              choose)
+                              choose, stats)
         if solved is None:
+            if stats.settled:
+                break
             continue
         candidate, chosen = solved
         report = check(candidate, problem.profile, problem.limit)
@@ -384,4 +393,6 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
             grid = replace(grid, recompute_microbatches=chosen)
             grid_tl = simulate(best, grid.profile)
             stats.history.append(best_obj)
+        if stats.settled:  # the whole problem in one window, solved to optimality on the grid
+            break
     return best, best_tl, best_obj, stats
