@@ -73,7 +73,7 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     prof = profile([block(i, 1.0, 0.1) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
     plain = search_splits(request, time_limit=6)
-    auto = search_with_recompute(request, time_limit=12)
+    auto = search_with_recompute(request, time_limit=8)
     ranks = auto.details.partition.facts["ranks"]
     assert any(row.get("recomputed") for row in ranks)
     assert auto.objective < plain.objective * 0.95
@@ -92,7 +92,7 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
 
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
-    auto = search_with_recompute(request, time_limit=12)
+    auto = search_with_recompute(request, time_limit=8)
     chosen = auto.schedule.meta["partition"]["recompute_microbatches"]
     counts = [n for row in auto.details.partition.facts["ranks"] for n in row.get("recomputed_microbatches", [])]
     assert any(0 < n < 8 for n in counts), (chosen, counts)
