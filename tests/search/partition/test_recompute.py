@@ -86,10 +86,6 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
     """Four blocks on two ranks at a cap that holds a rank's blocks for few microbatches: the plan
     recomputes on rank 0 only some microbatches (the drain keeps its activations), says so per rank, and
     the plan file, validated on the profile, is costed as the search costed it."""
-    from typer.testing import CliRunner
-
-    from zbsearch.cli.app import app
-
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
     auto = search_with_recompute(request, time_limit=8)
@@ -100,12 +96,21 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
     every = search_splits(replace_request(request, auto), time_limit=6)
     assert auto.objective <= every.objective + 1e-9  # the same levels on every microbatch cost no less
     assert recomputing < 8 * sum(1 for entry in chosen if entry != [])
+    assert_validates_as_searched(tmp_path, prof, auto, "16GiB")
+
+
+def assert_validates_as_searched(tmp_path, prof: Profile, result, cap: str) -> None:
+    """The plan file, validated on the profile from disk by the CLI, is costed as the search costed it."""
+    from typer.testing import CliRunner
+
+    from zbsearch.cli.app import app
+
     prof.save(tmp_path / "p.json")
-    auto.schedule.save(tmp_path / "plan.json")
+    result.schedule.save(tmp_path / "plan.json")
     out = CliRunner().invoke(app, ["validate", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "p.json"),
-                                   "--mem-limit", "16GiB"])
+                                   "--mem-limit", cap])
     assert out.exit_code == 0, out.output
-    assert f"makespan {auto.objective:.4g} unit; within --mem-limit 16GiB" in out.stdout
+    assert f"makespan {result.objective:.4g} unit; within --mem-limit {cap}" in out.stdout
 
 
 def replace_request(request, result):
@@ -149,9 +154,6 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
     on any chunk (the plan widened: every chunk lists its layers' full option, no microbatch recomputing),
     and the plan that comes back names levels only where some microbatch recomputes; validated on the
     profile from its file, it is costed as the search costed it."""
-    from typer.testing import CliRunner
-
-    from zbsearch.cli.app import app
     from zbsearch.search.partition.microbatch_choice import choose_on_every_chunk
     from zbsearch.search.partition.recompute import all_full
 
@@ -165,9 +167,4 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
     recomputing = {name for chunk, entry in zip(partition["chunks"], lists) if entry is None or entry
                    for name in chunk}
     assert partition["recompute"] and set(partition["recompute"]) <= recomputing
-    prof.save(tmp_path / "p.json")
-    chosen.schedule.save(tmp_path / "plan.json")
-    out = CliRunner().invoke(app, ["validate", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "p.json"),
-                                   "--mem-limit", "14GiB"])
-    assert out.exit_code == 0, out.output
-    assert f"makespan {chosen.objective:.4g} unit; within --mem-limit 14GiB" in out.stdout
+    assert_validates_as_searched(tmp_path, prof, chosen, "14GiB")
