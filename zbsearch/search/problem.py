@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..core.errors import PreconditionError, ProfileError
 from ..core.ir import Action, Kind, Placement, Schedule, build
@@ -24,6 +24,9 @@ from ..core.profile import Profile
 from ..core.stage_cost import StageCost
 from ..schedules.dualpipe import DUALPIPE
 from ..sim.simulate import memory_delta, route_inputs
+
+
+Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class Problem:
     objective: Objective = Objective.MAKESPAN  # a word ("span") is taken and read as its member
     # Per chunk, the microbatches that run its recomputed layers with recompute (None: all of them); the
     # others keep their activations (StageCost.without_recompute). None: every microbatch recomputes.
-    recompute_microbatches: tuple[frozenset[int] | None, ...] | None = None
+    recompute_microbatches: Choice | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective.parse(self.objective))
@@ -87,6 +90,13 @@ class Problem:
         """Whether the microbatch runs the chunk's recomputed layers with recompute (recompute_microbatches)."""
         chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
         return chosen is None or microbatch in chosen
+
+    def choice_where(self, recomputes: Callable[[int, int], bool]) -> Choice:
+        """A recompute_microbatches value: per chunk with recomputed layers, the microbatches for which
+        `recomputes(chunk, microbatch)` holds; None on the chunks that recompute nothing."""
+        m = self.num_microbatches
+        return tuple(None if cost.without_recompute is None else frozenset(i for i in range(m) if recomputes(c, i))
+                     for c, cost in enumerate(self.chunk_costs))
 
     def cost_of(self, chunk: int, microbatch: int) -> StageCost:
         """One microbatch's cost on a chunk: the chunk's, or its cost without recompute where the plan keeps

@@ -23,10 +23,9 @@ from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind
 from ...core.stage_cost import StageCost
-from ..problem import Problem
+from ..problem import Choice, Problem
 from .cpsat import memory_blocks
 
-Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all)
 Flags = dict[tuple[int, int], cp_model.IntVar]  # per (chunk, microbatch): recomputes (1) or keeps (0)
 
 
@@ -91,12 +90,5 @@ def changed(grid: Problem, flags: Flags, solver: cp_model.CpSolver) -> bool:
 
 def read_choice(grid: Problem, flags: Flags, solver: cp_model.CpSolver) -> Choice:
     """The problem's choice with the window's flags as solved."""
-    m = grid.num_microbatches
-    out = []
-    for c, cost in enumerate(grid.chunk_costs):
-        if cost.without_recompute is None:
-            out.append(None)
-            continue
-        out.append(frozenset(i for i in range(m) if (bool(solver.value(flags[(c, i)])) if (c, i) in flags
-                                                     else grid.recomputes(c, i))))
-    return tuple(out)
+    return grid.choice_where(lambda c, i: bool(solver.value(flags[(c, i)])) if (c, i) in flags
+                             else grid.recomputes(c, i))

@@ -20,9 +20,9 @@ from ...core.ir import Placement
 from ...core.partition import split_meta
 from ...core.recompute_choice import plan_partition, with_choice, with_recompute
 from ...sim.validate import check
-from ..problem import Problem
+from ..problem import Choice, Problem
 from ..solve.driver import SolveResult
-from ..solve.microbatch_recompute import Choice, choose_by_windows, recompute_fewer
+from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
 from ..solve.starts import Start
 from .search import SplitRequest, SplitSearch
 
@@ -73,15 +73,7 @@ def _with_levels(request: SplitRequest, result: SolveResult, levels: dict[str, s
 def _carried_choice(old: Problem, new: Problem) -> Choice:
     """Per chunk of `new`: the microbatches that recompute as in `old` where both recompute layers, none
     where only `new` does (None where `new` recomputes nothing)."""
-    out: list[frozenset[int] | None] = []
-    for c, cost in enumerate(new.chunk_costs):
-        if cost.without_recompute is None:
-            out.append(None)
-        elif old.chunk_costs[c].without_recompute is None:
-            out.append(frozenset())
-        else:
-            out.append(frozenset(i for i in range(old.num_microbatches) if old.recomputes(c, i)))
-    return tuple(out)
+    return new.choice_where(lambda c, i: old.chunk_costs[c].without_recompute is not None and old.recomputes(c, i))
 
 
 def _chunk_layers(result: SolveResult) -> tuple[tuple[str, ...], ...]:

@@ -21,12 +21,9 @@ from ...sim.simulate import PassCosts, memory_steps, simulate
 from ...sim.validate import check, over_limit
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
-from ..problem import Problem
+from ..problem import Choice, Problem
 from .incumbent import with_backwards_split
 from .starts import Start
-
-Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all)
-
 
 def rank_peak(problem: Problem, actions: Sequence[Action], choice: Choice) -> float:
     """The most a rank holds running `actions` in order under `choice` (the simulator's memory rule)."""
@@ -37,13 +34,16 @@ def rank_peak(problem: Problem, actions: Sequence[Action], choice: Choice) -> fl
 def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
     """Per chunk, the microbatches that still recompute once every microbatch whose activations fit on
     its rank (under the schedule's order) keeps them, besides those the problem keeps already; None when
-    none does. Microbatches are tried in the
-    reverse of the order their forwards run: the drain holds least, and each kept one leaves the next
-    window of in-flight microbatches one fewer to keep."""
+    none does. Microbatches are tried in the reverse of the order their forwards run: the drain holds
+    least, and each kept one leaves the next window of in-flight microbatches one fewer to keep."""
     costs = problem.chunk_costs
     # Those the problem keeps already stay kept: the order was made for them.
     keeps = {(c, i) for c, cost in enumerate(costs) if cost.without_recompute is not None
              for i in range(problem.num_microbatches) if not problem.recomputes(c, i)}
+
+    def recomputing() -> Choice:
+        return problem.choice_where(lambda c, i: (c, i) not in keeps)
+
     for r, ranked in enumerate(schedule.ranks):
         cap = problem.limit.per_rank[r]
         forwards = [a for action in ranked for a in action.passes()
@@ -52,16 +52,9 @@ def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
             if (f.chunk, f.microbatch) in keeps:
                 continue
             keeps.add((f.chunk, f.microbatch))
-            if over_limit(rank_peak(problem, ranked, _choice(problem, keeps)), cap):
+            if over_limit(rank_peak(problem, ranked, recomputing()), cap):
                 keeps.discard((f.chunk, f.microbatch))
-    return _choice(problem, keeps) if keeps else None
-
-
-def _choice(problem: Problem, keeps: set[tuple[int, int]]) -> Choice:
-    """Per chunk with recomputed layers, the microbatches not in `keeps` (None on the other chunks)."""
-    m = problem.num_microbatches
-    return tuple(None if cost.without_recompute is None else frozenset(i for i in range(m) if (c, i) not in keeps)
-                 for c, cost in enumerate(problem.chunk_costs))
+    return recomputing() if keeps else None
 
 
 def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tuple[Problem, Start]:
@@ -93,8 +86,7 @@ def choose_by_windows(problem: Problem, start: Start, deadline: float, workers: 
     if all(cost.without_recompute is None for cost in problem.chunk_costs):
         return problem, start
     split = with_backwards_split(start.schedule, keep_whole=fusable_chunks(problem))
-    found = lns.improve(problem, split, deadline, workers=workers, seed=seed,
-                        choose=True)
+    found = lns.improve(problem, split, deadline, workers=workers, seed=seed, choose=True)
     if found is None or not found[2] < start.objective * (1 - 1e-12):
         return problem, start
     schedule, timeline, objective, _ = found
