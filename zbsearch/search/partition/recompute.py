@@ -237,14 +237,15 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
         walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
     else:
         walk_end = t0 + BUDGET.recompute_walk_share / (1 - 2 * BUDGET.recompute_plain_share) * time_limit
-    found = [(levels, start) for levels, start in zip(({}, all_full(request)), starts)
+    every_layer = all_full(request)
+    found = [(levels, start) for levels, start in zip(({}, every_layer), starts)
              if isinstance(start, SolveResult)]
     if not found:
         raise starts[1]
     firsts = [_evaluate(request, levels, placement, route_counts(start, placement), per_microbatch)
               for levels, start in found for placement in [parse_placement(start.problem.placement.name,
                                                                            request.num_ranks)]]
-    firsts += _other_placements(request, {x.placement.name for x in firsts}, per_microbatch)
+    firsts += _other_placements(request, {x.placement.name for x in firsts}, every_layer, per_microbatch)
     ends: list[Levels] = []
     for first in firsts:
         share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(firsts) - len(ends))
@@ -266,28 +267,29 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
         results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
                                      progress=progress))
     if not per_microbatch:
-        return _bound_over_recompute(request, min(results, key=lambda r: r.objective), t0 + time_limit)
+        best_plan = min(results, key=lambda r: r.objective)
+        return _with_bound(request, best_plan, _bound_over_choices(request, best_plan.objective, t0 + time_limit))
     # Each plan with only the microbatches that need it recomputing; the best then with the order and the
-    # choice made together by CP-SAT windows.
-    # The bound first (it needs only some plan's objective to prune with), so that the windows get the
-    # time it does not take.
+    # choice made together by CP-SAT windows. The bound first (it needs only some plan's objective to prune
+    # with), so that the windows get the time it does not take.
     best_plan = min((fewer_microbatches(r) for r in results), key=lambda r: r.objective)
     bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
-    chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, all_full(request))
-    return _bound_over_recompute(request, chosen, t0 + time_limit, bound)
+    chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, every_layer)
+    return _with_bound(request, chosen, bound)
 
 
-def _other_placements(request: SplitRequest, covered: set[str], per_microbatch: bool) -> list[Levels]:
-    """Walk starts on the request's placements that neither joint search chose: every layer recomputed, on
-    the placement's time-balanced split (where recompute frees memory, another placement may win, and the
-    walk down finds how much recompute it needs)."""
+def _other_placements(request: SplitRequest, covered: set[str], every_layer: dict[str, str],
+                      per_microbatch: bool) -> list[Levels]:
+    """Walk starts on the request's placements that neither joint search chose: every layer recomputed
+    (`every_layer`: all_full), on the placement's time-balanced split (where recompute frees memory, another
+    placement may win, and the walk down finds how much recompute it needs)."""
     out = []
     for name in request.placements:
         placement = parse_placement(name, request.num_ranks)
         if placement.name in covered:
             continue
         counts = balanced_counts(request.profile.layers or (), route_length(placement))
-        first = _evaluate(request, all_full(request), placement, counts, per_microbatch)
+        first = _evaluate(request, every_layer, placement, counts, per_microbatch)
         if first.objective < math.inf:
             out.append(first)
     return out
@@ -304,10 +306,9 @@ def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float
     return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), incumbent, deadline)
 
 
-def _bound_over_recompute(request: SplitRequest, result: SolveResult, deadline: float,
-                          known: Bound | None = None) -> SolveResult:
-    """`result` with the bound over every split and every recompute choice (`known`, else taken now)."""
-    bound, how = known if known is not None else _bound_over_choices(request, result.objective, deadline)
+def _with_bound(request: SplitRequest, result: SolveResult, over_choices: Bound) -> SolveResult:
+    """`result` with the bound over every split and every recompute choice (_bound_over_choices)."""
+    bound, how = over_choices
     lower = min(result.objective, bound)
     status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     partition = result.details.partition
