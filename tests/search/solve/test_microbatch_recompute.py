@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
+
 from zbsearch.core.placement import parse_placement
-from zbsearch.core.recompute_choice import recompute_microbatches, with_recompute
+from zbsearch.core.recompute_choice import recompute_microbatches, with_choice, with_recompute
 from zbsearch.search.partition.recompute import all_full
 from zbsearch.search.partition.search import SplitRequest, SplitSearch
-from zbsearch.search.solve.microbatch_recompute import choose_by_windows, recompute_fewer
+from zbsearch.search.solve.microbatch_recompute import choose_by_windows, keep_where_it_fits, recompute_fewer
 from zbsearch.search.solve.starts import heuristic_start
-from zbsearch.sim.validate import check
+from zbsearch.sim.simulate import simulate
+from zbsearch.sim.validate import check, over_limit
 
 from ..partition.test_recompute import block, profile
 
@@ -25,6 +28,26 @@ def toy_problem(cap: str, m: int = 8):
     search = SplitSearch(SplitRequest(with_recompute(prof, levels, restage=False), 2, ("linear",), cap, "makespan"),
                          math.inf)
     return search.problem(parse_placement("linear", 2), (3, 3))
+
+
+@pytest.mark.parametrize("cap", ["18GiB", "20GiB", "28GiB"])
+def test_greedy_choice_fits_and_keeps_every_microbatch_that_fits(cap: str) -> None:
+    """On the heuristic's order, the microbatches kept fit under the cap (the validator passes), and every
+    microbatch left recomputing would put its rank over the cap if it were kept too (checked with the
+    simulator, not with the choice's own running levels)."""
+    problem = toy_problem(cap)
+    start = heuristic_start(problem)
+    choice = keep_where_it_fits(problem, start.schedule)
+    assert choice is not None
+    assert check(with_choice(start.schedule, choice), problem.profile, problem.limit).ok
+    recomputing = [(c, i) for c, entry in enumerate(choice) if entry for i in entry]
+    kept = sum(problem.num_microbatches - len(entry) for entry in choice if entry is not None)
+    assert kept > 0
+    for c, i in recomputing:
+        more = tuple(entry if k != c else entry - {i} for k, entry in enumerate(choice))
+        timeline = simulate(with_choice(start.schedule, more), problem.profile)
+        rank = problem.placement.chunk_to_rank[c]
+        assert over_limit(timeline.peak_memory(rank), problem.limit.per_rank[rank]), (c, i)
 
 
 def test_windows_choose_order_and_microbatches_faster_than_the_greedy_choice() -> None:

@@ -12,12 +12,14 @@ and never over the limit.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Sequence
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.recompute_choice import recompute_microbatches, with_choice
-from ...sim.simulate import PassCosts, memory_steps, simulate
+from ...sim.rank_state import memory_delta
+from ...sim.simulate import simulate
 from ...sim.validate import check, over_limit
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
@@ -25,10 +27,34 @@ from ..problem import Choice, Problem
 from .incumbent import with_backwards_split
 from .starts import Start
 
-def rank_peak(problem: Problem, actions: Sequence[Action], choice: Choice) -> float:
-    """The most a rank holds running `actions` in order under `choice` (the simulator's memory rule)."""
-    costs = PassCosts(problem.chunk_costs, choice)
-    return max((level for *_, level in memory_steps(costs, actions)), default=0.0)
+class _RankLevels:
+    """One rank's activation level after each allocation and free as it runs its actions in order (the
+    simulator's memory rule, summed in the same order, so it compares with the cap exactly as the
+    validator does), and what keeping one more microbatch's activations would make its peak: only that
+    microbatch's own passes change what they allocate or free."""
+
+    def __init__(self, problem: Problem, actions: Sequence[Action], keeps: set[tuple[int, int]]) -> None:
+        self.problem, self.events, self.deltas = problem, [], []
+        self.at: dict[tuple[int, int], list[int]] = {}
+        for action in actions:
+            passes = action.passes()
+            for at_start in (True, False):
+                for a in passes:
+                    self.at.setdefault((a.chunk, a.microbatch), []).append(len(self.events))
+                    self.events.append((a, at_start))
+                    self.deltas.append(self._delta(a, at_start, (a.chunk, a.microbatch) in keeps))
+
+    def _delta(self, a: Action, at_start: bool, kept: bool) -> float:
+        alloc, freed = memory_delta(self.problem.chunk_costs[a.chunk].for_microbatch(not kept), a.kind)
+        return alloc if at_start else -freed
+
+    def peak_keeping(self, key: tuple[int, int]) -> tuple[float, list[float]]:
+        """The rank's peak with `key` (chunk, microbatch) keeping its activations, and the deltas then."""
+        deltas = list(self.deltas)
+        for k in self.at.get(key, ()):
+            a, at_start = self.events[k]
+            deltas[k] = self._delta(a, at_start, True)
+        return max(itertools.accumulate(deltas), default=0.0), deltas
 
 
 def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
@@ -40,21 +66,19 @@ def keep_where_it_fits(problem: Problem, schedule: Schedule) -> Choice | None:
     # Those the problem keeps already stay kept: the order was made for them.
     keeps = {(c, i) for c, cost in enumerate(costs) if cost.without_recompute is not None
              for i in range(problem.num_microbatches) if not problem.recomputes(c, i)}
-
-    def recomputing() -> Choice:
-        return problem.choice_where(lambda c, i: (c, i) not in keeps)
-
     for r, ranked in enumerate(schedule.ranks):
-        cap = problem.limit.per_rank[r]
+        cap, levels = problem.limit.per_rank[r], _RankLevels(problem, ranked, keeps)
         forwards = [a for action in ranked for a in action.passes()
                     if a.kind is Kind.F and costs[a.chunk].without_recompute is not None]
         for f in reversed(forwards):
-            if (f.chunk, f.microbatch) in keeps:
+            key = (f.chunk, f.microbatch)
+            if key in keeps:
                 continue
-            keeps.add((f.chunk, f.microbatch))
-            if over_limit(rank_peak(problem, ranked, recomputing()), cap):
-                keeps.discard((f.chunk, f.microbatch))
-    return recomputing() if keeps else None
+            peak, deltas = levels.peak_keeping(key)
+            if not over_limit(peak, cap):
+                keeps.add(key)
+                levels.deltas = deltas
+    return problem.choice_where(lambda c, i: (c, i) not in keeps) if keeps else None
 
 
 def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tuple[Problem, Start]:
