@@ -54,17 +54,24 @@ class Budget:
     # the bound over every split at the end (`python bench/partition_study.py`).
     split_search_share: float = 0.45
     split_bound_share: float = 0.15
-    # --recompute auto (search/partition/recompute.py): the joint searches without recompute and with every
-    # layer recomputed (each this share), then the walks over recompute levels; the polish and the bound
-    # over every choice share what is left. Set by hand, not yet measured by a bench (issue 28's study will).
+    # --recompute auto and auto-layers (search/partition/recompute.py): the joint searches without recompute
+    # and with every layer recomputed (each `recompute_plain_share` x T, unless the caller ran them); the
+    # shares below are of the time left after them. Per rank (auto-layers) the walks over recompute levels
+    # take `recompute_walk_share`, the polish of the best end the rest but `split_bound_share`, kept for the
+    # bound over every choice. Set by hand.
     recompute_plain_share: float = 0.25
-    # With the choice per microbatch (auto), the polish stops this share (and split_bound_share) before the
-    # end; the bound then takes about a second, and the best plan's CP-SAT windows that choose the order and
-    # which microbatches recompute together (solve/microbatch_recompute.choose_by_windows) take the rest. In
-    # `python bench/memory_levers.py` (T = 25 s): 3.9 s of windows took deepseek-v2-lite p=8 at 36 GiB from
-    # 1,264.6 to 1,243.4 ms, and the bound took 1.1 s. Set by hand.
-    recompute_choice_share: float = 0.20
-    recompute_walk_share: float = 0.25
+    recompute_walk_share: float = 0.50
+    # Per microbatch (auto), the walks take `recompute_choice_walk_share`, and the polish stops
+    # `recompute_choice_share` (besides split_bound_share) before the end; the bound then takes about a
+    # second, and the best plan's CP-SAT windows that choose the order and which microbatches recompute
+    # (solve/microbatch_recompute.choose_by_windows) take the rest. The windows find more than the walks
+    # and the polish in the same seconds: on eight rows of `python bench/memory_levers.py` (T = 25 s),
+    # a walk of 0.2 and windows of about 0.7 against the earlier 0.5 and 0.35 moved the plan by -5.3%
+    # (llama3-8b p=8 36 GiB) to +0.4% (gemma2-2b p=4 25 GiB), -1.8% on mean (one run each against the
+    # committed study; cells move by about 2% between runs). A walk of 0.3 with 0.45 of windows did no
+    # better (deepseek-v2-lite p=8 42 GiB, paper accounting: 1,042.2 against 1,016.8 ms).
+    recompute_choice_walk_share: float = 0.20
+    recompute_choice_share: float = 0.55
     # States one rank's exact walk (bounds/rank_sequence.py) may expand in a solve before it gives up (no
     # bound): well under a second per rank in CPython. Tight limits keep the count small (few forwards in
     # flight); a rank with room for many, where the analytic start and end idle are already close, may run out.

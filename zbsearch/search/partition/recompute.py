@@ -234,9 +234,7 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
         share = BUDGET.recompute_plain_share * time_limit
         options = {"time_limit": share, "workers": workers, "seed": seed, "progress": progress}
         starts = (joint(request, **options), joint(everything(request), **options))
-        walk_end = t0 + (2 * BUDGET.recompute_plain_share + BUDGET.recompute_walk_share) * time_limit
-    else:
-        walk_end = t0 + BUDGET.recompute_walk_share / (1 - 2 * BUDGET.recompute_plain_share) * time_limit
+    walk_end, polish_end = _phase_ends(t0 + time_limit, per_microbatch)
     every_layer = all_full(request)
     found = [(levels, start) for levels, start in zip(({}, every_layer), starts)
              if isinstance(start, SolveResult)]
@@ -262,10 +260,8 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     if best is not None:
         chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
                                  placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
-        kept_back = BUDGET.split_bound_share + (BUDGET.recompute_choice_share if per_microbatch else 0.0)
-        left = time_limit - (time.monotonic() - t0) - kept_back * time_limit
-        results.append(search_splits(chosen_request, time_limit=max(left, 0.0), workers=workers, seed=seed,
-                                     progress=progress))
+        results.append(search_splits(chosen_request, time_limit=max(polish_end - time.monotonic(), 0.0),
+                                     workers=workers, seed=seed, progress=progress))
     if not per_microbatch:
         best_plan = min(results, key=lambda r: r.objective)
         return _with_bound(request, best_plan, _bound_over_choices(request, best_plan.objective, t0 + time_limit))
@@ -276,6 +272,17 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
     chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, every_layer)
     return _with_bound(request, chosen, bound)
+
+
+def _phase_ends(deadline: float, per_microbatch: bool) -> tuple[float, float]:
+    """When the walks and the polish stop, as shares of the time left once the joint searches are done
+    (search/budget.py): per rank, the bound over every choice takes the rest; per microbatch, the bound
+    and the CP-SAT windows that choose the order and the microbatches together."""
+    now = time.monotonic()
+    left = max(deadline - now, 0.0)
+    walk = BUDGET.recompute_choice_walk_share if per_microbatch else BUDGET.recompute_walk_share
+    kept_back = BUDGET.split_bound_share + (BUDGET.recompute_choice_share if per_microbatch else 0.0)
+    return now + walk * left, deadline - kept_back * left
 
 
 def _other_placements(request: SplitRequest, covered: set[str], every_layer: dict[str, str],
