@@ -66,8 +66,10 @@ def markdown(records: list[dict[str, Any]], findings: list[str]) -> str:
         "torch's split backward a decoder block holds 1.6 to 1.7 times more from I until W than from F until "
         "I (llama3-8b: 1.85 against 1.06 GiB per microbatch), which `full` recompute does not lower: it frees "
         "memory only while a microbatch waits for its I, not while its W is deferred.", "",
-        "Every search here is time-limited: three runs of the study on the same machine moved single cells by "
-        "up to 2% either way, so read differences under that as noise.", "",
+        "Every search here is time-limited: runs of the study on the same machine moved single cells by up "
+        "to 2% either way, and once by 4% (deepseek-v2-lite p=8 42 GiB, per rank: 1,147.0 and 1,192.1 ms with "
+        "the same code, from joint searches with every block recomputed at 1,230.5 and 1,284.9 ms), so read "
+        "differences under that as noise.", "",
         "| row | column | schedule (placement) | layers per chunk | iteration ms | gap | peak GiB | "
         "layers per rank | passes per rank |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
