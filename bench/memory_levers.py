@@ -69,7 +69,9 @@ def markdown(records: list[dict[str, Any]], findings: list[str]) -> str:
         "Every search here is time-limited: runs of the study on the same machine moved single cells by up "
         "to 2% either way, and once by 4% (deepseek-v2-lite p=8 42 GiB, per rank: 1,147.0 and 1,192.1 ms with "
         "the same code, from joint searches with every block recomputed at 1,230.5 and 1,284.9 ms), so read "
-        "differences under that as noise.", "",
+        "differences under that as noise. `python bench/free_recompute.py` searches the throttled rows again "
+        "with recompute at no time cost (results/free_recompute.md): what a perfect recompute choice could "
+        "reach with this search.", "",
         "| row | column | schedule (placement) | layers per chunk | iteration ms | gap | peak GiB | "
         "layers per rank | passes per rank |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -77,36 +79,36 @@ def markdown(records: list[dict[str, Any]], findings: list[str]) -> str:
     for r in records:
         sched = f"{r['schedule']} ({r['placement']})" if r["schedule"] != "-" else (r["note"] or "-")
         gap = f"{100 * float(r['gap_to_bound']):.2f}%" if r["gap_to_bound"] != "" else "-"
-        row = _row_of(r).label
+        row = row_of(r).label
         lines.append(f"| {row} | {r['column']} | {sched} | {r['layers_per_chunk'] or '-'} | "
                      f"{r['iteration_ms'] or '-'} | {gap} | {r['peak_gib'] or '-'} | "
                      f"{r['layers_recomputed_per_rank'] or '-'} | {r['microbatches_recomputed_per_rank'] or '-'} |")
     return "\n".join(lines + findings) + "\n"
 
 
-def _ms(record: dict[str, Any], key: str = "iteration_ms") -> float:
+def ms_of(record: dict[str, Any], key: str = "iteration_ms") -> float:
     return float(record[key]) if record.get(key) not in ("", None) else math.nan
 
 
 def throttled(plain: dict[str, Any]) -> bool:
     """Whether the cap costs the plan without recompute more than 1% against the device's whole memory."""
-    return plain["fits"] == "yes" and _ms(plain) > _ms(plain, "device_memory_ms") * 1.01
+    return plain["fits"] == "yes" and ms_of(plain) > ms_of(plain, "device_memory_ms") * 1.01
 
 
 def verdict(row: Row, recs: list[dict[str, Any]]) -> dict[str, Any]:
     """The row against the issue's targets: per-microbatch recompute never slower than another column nor
     over the cap; on throttled rows 5% under no recompute and 10% under uniform full + handcrafted."""
     chosen, plain, full_hand = recs[5], recs[0], recs[1]
-    t = _ms(chosen)
+    t = ms_of(chosen)
     fits = chosen["fits"] == "yes"
-    out = {"fits": fits, "slower_than": [r["column"] for r in recs[:5] if r["fits"] == "yes" and _ms(r) < t * (1 - 1e-9)],
+    out = {"fits": fits, "slower_than": [r["column"] for r in recs[:5] if r["fits"] == "yes" and ms_of(r) < t * (1 - 1e-9)],
            "throttled": throttled(plain), "no_fit_without": plain["fits"] != "yes"}
-    out["met"] = fits and (not out["throttled"] or (t <= 0.95 * _ms(plain) and (
-        full_hand["fits"] != "yes" or t <= 0.9 * _ms(full_hand))))
+    out["met"] = fits and (not out["throttled"] or (t <= 0.95 * ms_of(plain) and (
+        full_hand["fits"] != "yes" or t <= 0.9 * ms_of(full_hand))))
     # Out of reach: a target below the row's bound (over every split, recompute choice and schedule on
     # the study's placements), which no plan there can meet.
     bound = t * (1 - float(chosen["gap_to_bound"])) if fits and chosen["gap_to_bound"] != "" else math.nan
-    goals = [0.95 * _ms(plain)] + ([0.9 * _ms(full_hand)] if full_hand["fits"] == "yes" else [])
+    goals = [0.95 * ms_of(plain)] + ([0.9 * ms_of(full_hand)] if full_hand["fits"] == "yes" else [])
     out["out_of_reach"] = out["throttled"] and not out["met"] and min(goals) < bound * (1 - 1e-9)
     target = TARGET_MS.get(row)
     out["target"] = None if target is None else (target, fits and t <= target)
@@ -119,17 +121,17 @@ def finding(row: Row, recs: list[dict[str, Any]]) -> str:
     v, line = verdict(row, recs), f"- {row.label}: "
     if not v["fits"]:
         return line + f"recompute chosen found no plan ({chosen['note']})."
-    t = _ms(chosen)
+    t = ms_of(chosen)
     line += (f"per microbatch {t:,.1f} ms"
              + (f", slower than {', '.join(v['slower_than'])}" if v["slower_than"] else ", no column faster") + "; ")
     if v["no_fit_without"]:
         line += f"without recompute nothing fits ({plain['note'].removeprefix('infeasible: ')}); "
     else:
-        line += (f"without recompute {_ms(plain):,.1f} ms ({t / _ms(plain) - 1:+.1%}), "
-                 + (f"memory-throttled ({_ms(plain, 'device_memory_ms'):,.1f} ms with the device's whole memory); "
+        line += (f"without recompute {ms_of(plain):,.1f} ms ({t / ms_of(plain) - 1:+.1%}), "
+                 + (f"memory-throttled ({ms_of(plain, 'device_memory_ms'):,.1f} ms with the device's whole memory); "
                     if v["throttled"] else "not memory-throttled; "))
     if full_hand["fits"] == "yes":
-        line += f"uniform full + handcrafted {_ms(full_hand):,.1f} ms ({t / _ms(full_hand) - 1:+.1%}); "
+        line += f"uniform full + handcrafted {ms_of(full_hand):,.1f} ms ({t / ms_of(full_hand) - 1:+.1%}); "
     if v["throttled"]:
         line += f"targets (5% under no recompute, 10% under uniform full) {'met' if v['met'] else 'not met'}"
         line += " (below the row's bound: out of reach); " if v["out_of_reach"] else "; "
@@ -195,15 +197,15 @@ def figure(records: list[dict[str, Any]], stem: Path) -> None:
 def report(records: list[dict[str, Any]]) -> None:
     """results/memory_levers.{md,png,svg} from the study's records (a run's, or its CSV's)."""
     findings, verdicts = ["", "## Findings, row by row", ""], []
-    for row in dict.fromkeys(_row_of(r) for r in records):
-        recs = [r for r in records if _row_of(r) == row]
+    for row in dict.fromkeys(row_of(r) for r in records):
+        recs = [r for r in records if row_of(r) == row]
         findings.append(finding(row, recs))
         verdicts.append((row, verdict(row, recs)))
     write_text(RESULTS / "memory_levers.md", markdown(records, summary(verdicts) + findings))
     figure(records, RESULTS / "memory_levers")
 
 
-def _row_of(record: dict[str, Any]) -> Row:
+def row_of(record: dict[str, Any]) -> Row:
     shard = record["dp_shard"]
     return Row(record["model"], int(record["p"]), float(record["cap_gib"]), int(shard) if shard not in ("", None) else None,
                record["memory_model"])
