@@ -14,7 +14,6 @@ bench/memory_levers.py first), writes results/free_recompute.{md,csv}. Estimated
 
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from dataclasses import replace
@@ -23,9 +22,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_levers import ms_of, row_of, throttled  # noqa: E402
+from memory_levers import ms_of, row_of, target_ms, throttled  # noqa: E402
 from memory_levers_rows import COLUMNS, PLACEMENTS, study_profile  # noqa: E402
-from results_common import RESULTS, log, write_csv, write_text  # noqa: E402
+from results_common import RESULTS, log, read_csv, write_csv, write_text  # noqa: E402
 
 from zbsearch.core.errors import InfeasibleError  # noqa: E402
 from zbsearch.search.partition.recompute import joint, least_memory  # noqa: E402
@@ -39,16 +38,8 @@ CSV_COLUMNS = ("row", "no_recompute_ms", "target_ms", "per_microbatch_ms", "free
 
 def study_rows() -> list[list[dict[str, Any]]]:
     """The study's records, six columns a row, in its order."""
-    lines = [ln for ln in (RESULTS / "memory_levers.csv").read_text().splitlines() if not ln.startswith("#")]
-    records = list(csv.DictReader(lines))
+    records = read_csv(RESULTS / "memory_levers.csv")
     return [records[k:k + len(COLUMNS)] for k in range(0, len(records), len(COLUMNS))]
-
-
-def target(recs: list[dict[str, Any]]) -> float:
-    """The issue's target on a throttled row: 5% under no recompute and 10% under uniform full +
-    handcrafted (where that fits), in ms."""
-    plain, full_hand = recs[0], recs[1]
-    return min([0.95 * ms_of(plain)] + ([0.9 * ms_of(full_hand)] if full_hand["fits"] == "yes" else []))
 
 
 def free_row(recs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,7 +48,7 @@ def free_row(recs: list[dict[str, Any]]) -> dict[str, Any]:
     relaxed = replace(prof, layers=least_memory(prof.layers or ()))
     t0 = time.monotonic()
     found = joint(SplitRequest(relaxed, row.p, PLACEMENTS, f"{row.cap_gib:g}GiB", "makespan"), time_limit=SECONDS)
-    goal = target(recs)
+    goal = target_ms(recs)
     out = {"row": row.label, "no_recompute_ms": ms_of(recs[0]), "target_ms": round(goal, 1),
            "per_microbatch_ms": ms_of(recs[5]), "seconds": round(time.monotonic() - t0, 1)}
     if isinstance(found, InfeasibleError):
@@ -103,8 +94,7 @@ def markdown(records: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> None:
     if argv == ["--from-csv"]:  # rewrite the report from the CSV
-        lines = [ln for ln in (RESULTS / "free_recompute.csv").read_text().splitlines() if not ln.startswith("#")]
-        write_text(RESULTS / "free_recompute.md", markdown(list(csv.DictReader(lines))))
+        write_text(RESULTS / "free_recompute.md", markdown(read_csv(RESULTS / "free_recompute.csv")))
         return
     rows = [recs for recs in study_rows() if recs[0]["fits"] == "yes" and throttled(recs[0])]
     records = []

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from partition_rows import GiB, Plan, handcrafted, searched, tight_cap  # noqa: E402
-from results_common import RESULTS, log, save_figure, write_csv, write_text  # noqa: E402
+from results_common import RESULTS, log, read_csv, save_figure, write_csv, write_text  # noqa: E402
 from zbsearch.core.memory import byte_cap  # noqa: E402
 from zbsearch.profiling.build import profile_estimate  # noqa: E402
 from zbsearch.profiling.request import PipelineSetup, StageSplit  # noqa: E402
@@ -175,10 +175,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--figure-only", action="store_true", help="redraw the figure from results/partition_study.csv")
     args = ap.parse_args(argv)
     if args.figure_only:
-        import csv
-
-        lines = [ln for ln in (RESULTS / "partition_study.csv").read_text().splitlines() if not ln.startswith("#")]
-        rows_read = list(csv.DictReader(lines))
+        rows_read: list[dict[str, Any]] = list(read_csv(RESULTS / "partition_study.csv"))
         for r in rows_read:
             r["p"], r["cap_gib"] = int(r["p"]), float(r["cap_gib"])
         figure(rows_read, RESULTS / "partition_study")

@@ -42,6 +42,13 @@ def write_csv(path: Path, cmd: str, records: Sequence[dict[str, Any]], columns: 
     write_text(path, f"# Regenerate: {cmd}\n{cmp.records_to_csv(records, columns)}")
 
 
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The records of a CSV write_csv wrote (its '#' comment lines skipped), as strings."""
+    import csv
+
+    return list(csv.DictReader(ln for ln in path.read_text().splitlines() if not ln.startswith("#")))
+
+
 def rate4(x: float) -> str:
     """The paper's style: .1585."""
     return f"{x:.4f}".replace("0.", ".", 1) if x >= 0 else f"-{-x:.4f}".replace("0.", ".", 1)

@@ -26,7 +26,7 @@ from ..core.recompute_choice import recompute_microbatches
 from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
 
-__all__ = ["PassCosts", "Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "memory_steps", "pass_cost",
+__all__ = ["PassCosts", "Slot", "Timeline", "chunk_costs", "dependencies", "memory_delta", "memory_events", "memory_steps", "pass_cost",
            "pass_key", "simulate"]
 
 
@@ -231,20 +231,25 @@ def _memory_curves(costs: PassCosts, slots: list[list[Slot]]):
     return tuple(curves)
 
 
+def memory_events(actions: Sequence[Action]) -> Iterator[tuple[int, bool, Action]]:
+    """Where a rank's activation memory may change as it runs `actions` in order: (index of the action,
+    at its start or its end, the pass). Within an action every pass allocates at its start before any
+    frees at its end (the passes of an overlapped pair run at once)."""
+    for k, action in enumerate(actions):
+        passes = action.passes()
+        for at_start in (True, False):
+            for a in passes:
+                yield k, at_start, a
+
+
 def memory_steps(costs: PassCosts, actions: Sequence[Action]) -> Iterator[tuple[int, bool, Action, float]]:
     """A rank's activation memory as it runs `actions` in order: (index of the action, whether at its start
     or its end, the pass, the level after) for every pass that allocates (at its start) or frees (at its
     end). The levels depend on the order alone, not on the times."""
     level = 0.0
-    for k, action in enumerate(actions):
-        passes = action.passes()
-        for a in passes:
-            alloc, _ = memory_delta(costs.of(a), a.kind)
-            if alloc:
-                level += alloc
-                yield k, True, a, level
-        for a in passes:
-            _, freed = memory_delta(costs.of(a), a.kind)
-            if freed:
-                level -= freed
-                yield k, False, a, level
+    for k, at_start, a in memory_events(actions):
+        alloc, freed = memory_delta(costs.of(a), a.kind)
+        change = alloc if at_start else -freed
+        if change:
+            level += change
+            yield k, at_start, a, level

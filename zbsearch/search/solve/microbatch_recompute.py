@@ -18,8 +18,7 @@ from typing import Sequence
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.recompute_choice import recompute_microbatches, with_choice
-from ...sim.rank_state import memory_delta
-from ...sim.simulate import simulate
+from ...sim.simulate import memory_delta, memory_events, simulate
 from ...sim.validate import check, over_limit
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
@@ -36,13 +35,10 @@ class _RankLevels:
     def __init__(self, problem: Problem, actions: Sequence[Action], keeps: set[tuple[int, int]]) -> None:
         self.problem, self.events, self.deltas = problem, [], []
         self.at: dict[tuple[int, int], list[int]] = {}
-        for action in actions:
-            passes = action.passes()
-            for at_start in (True, False):
-                for a in passes:
-                    self.at.setdefault((a.chunk, a.microbatch), []).append(len(self.events))
-                    self.events.append((a, at_start))
-                    self.deltas.append(self._delta(a, at_start, (a.chunk, a.microbatch) in keeps))
+        for _, at_start, a in memory_events(actions):
+            self.at.setdefault((a.chunk, a.microbatch), []).append(len(self.events))
+            self.events.append((a, at_start))
+            self.deltas.append(self._delta(a, at_start, (a.chunk, a.microbatch) in keeps))
 
     def _delta(self, a: Action, at_start: bool, kept: bool) -> float:
         alloc, freed = memory_delta(self.problem.chunk_costs[a.chunk].for_microbatch(not kept), a.kind)
