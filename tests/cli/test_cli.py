@@ -640,3 +640,16 @@ def test_stdout_console_prints_markup_literally():
         console.print("pip install 'zbsearch[torch]' [bold]x[/bold]")
     assert captured.get() == "pip install 'zbsearch[torch]' [bold]x[/bold]\n"
     assert isinstance(console, Console)
+
+
+def test_tables_written_to_a_pipe_keep_their_layer_names_whole():
+    """rich takes 80 columns where stdout is not a terminal and folded the split table's layer names a few
+    letters per line; piped output now gets the pipe width, and COLUMNS still wins."""
+    args = ["solve", "--profile", "profiles/h100.json", "--mem-limit", "2p", "--partition", "even", "--time-limit", "1"]
+    piped = runner.invoke(app, args, env={"COLUMNS": None})
+    assert piped.exit_code == 0, piped.output
+    assert re.search(r"│ layers\.14\.\.layers\.15 +│", piped.stdout)
+    assert "splits scored" not in piped.stdout  # a named split scores none
+    narrow = runner.invoke(app, args, env={"COLUMNS": "60"}).stdout
+    rows = [[line for line in text.splitlines() if line.startswith("│")] for text in (narrow, piped.stdout)]
+    assert max(map(len, rows[0])) <= 60 < max(map(len, rows[1]))

@@ -74,6 +74,23 @@ def test_full_recompute_lowers_the_peak_and_lengthens_the_iteration(naive) -> No
         with_recompute(replace(naive, details={}), {"layers.0": "full"})
 
 
+@pytest.mark.parametrize("placement", ["linear", "v"])
+def test_a_multiple_of_p_caps_the_same_bytes_whatever_is_recomputed(naive, placement) -> None:
+    """`1p` is p stages' activations as profiled: recompute lowers what a plan holds, not its limit (it
+    once shrank the cap with the levels, and `--recompute full` under 1p ran one microbatch at a time)."""
+    from zbsearch.core.memory import parse_mem_limit
+    from zbsearch.core.partition import partition_profile
+    from zbsearch.core.placement import parse_placement
+
+    where = parse_placement(placement, 2)
+    counts = (3, 3) if placement == "linear" else (2, 1, 1, 2)  # 6 layers: the embedding, 4 blocks, the head
+    plain = partition_profile(naive, where, counts)
+    full = partition_profile(with_recompute(naive, parse_recompute("full", naive.layers), restage=False), where, counts)
+    assert parse_mem_limit("1p", full, where).per_rank == pytest.approx(parse_mem_limit("1p", plain, where).per_rank)
+    assert all(full.stages[r].mem_B < plain.stages[r].mem_B for r in range(2))  # recompute does hold less
+    restaged = with_recompute(naive, parse_recompute("full", naive.layers))  # the profile's own split
+    assert parse_mem_limit("1p", restaged).per_rank == pytest.approx(parse_mem_limit("1p", naive).per_rank)
+
 def test_solve_reports_what_recompute_does_per_rank(naive, tmp_path: Path) -> None:
     naive.save(tmp_path / "p.json")
     args = ["solve", "--profile", str(tmp_path / "p.json"), "--partition", "even", "--placement", "linear",

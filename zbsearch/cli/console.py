@@ -7,6 +7,7 @@ CLI sets itself.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Optional
@@ -20,9 +21,17 @@ from rich.text import Text
 ProgressCallback = Callable[[int, Optional[int], str], None]
 
 
+# Width of tables written to a pipe or a file (rich would take 80 columns there, and fold layer names in
+# the split table a letter per line); a terminal, or COLUMNS, sets its own.
+PIPE_WIDTH = 160
+
+
 def stdout_console() -> Console:
     """The console commands print their answer on: no markup, no highlighting, no wrapping."""
-    return Console(highlight=False, soft_wrap=True, markup=False)
+    console = Console(highlight=False, soft_wrap=True, markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def print_error(message: str) -> None:

@@ -95,8 +95,8 @@ def bound_line(result: SolveResult) -> str:
     assert partition is not None
     any_split = partition.any_split_bound
     gap = max(0.0, (result.objective - any_split) / result.objective) if result.objective > 0 else 0.0
-    line = (f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%} "
-            f"({partition.splits_scored} splits scored)")
+    scored = f" ({partition.splits_scored} splits scored)" if partition.splits_scored else ""  # none on a named split
+    line = f"any split: lower bound {fmt_number(any_split)}, gap {gap:.2%}{scored}"
     by = partition.any_split_bound_by_placement
     weakest = min(by, key=lambda name: by[name]["bound"], default=None)
     # (With no gap there is nothing to place: every placement's bound is capped at the plan then.)

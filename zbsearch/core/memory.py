@@ -1,10 +1,11 @@
 """Per-rank activation memory limits from the strings users type.
 
 `2p`, `1p`, `1.5p`: that many times p times the rank's own per-microbatch stage activation memory
-(mem_B), the Zero Bubble paper's ZB-1p / ZB-2p convention. `48GiB`, `40GB`, `1e9`: an absolute size in
-bytes (needs a profile whose memory_unit is bytes). `auto`: device capacity, less a headroom kept for
-allocator fragmentation and buffers (`DEFAULT_HEADROOM`), minus the static bytes the rank holds (twice
-its stage's on DualPipe's placement, which keeps two parameter copies). `none`: no limit. Limits count
+(mem_B, as profiled: recompute does not shrink the limit), the Zero Bubble paper's ZB-1p / ZB-2p
+convention. `48GiB`, `40GB`, `1e9`: an absolute size in bytes (needs a profile whose memory_unit is
+bytes). `auto`: device capacity, less a headroom kept for allocator fragmentation and buffers
+(`DEFAULT_HEADROOM`), minus the static bytes the rank holds (twice its stage's on DualPipe's placement,
+which keeps two parameter copies). `none`: no limit. Limits count
 activations only, the way the paper's limits do, except a size on a profile that is one split of its
 layers (`profile.partition`): there the split decides each rank's static bytes, so a size caps the
 rank's whole memory, static bytes plus activations (`includes_static`).

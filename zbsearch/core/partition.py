@@ -162,7 +162,7 @@ def _rank_stages(chunks: Sequence[StageCost], placement: Placement) -> tuple[Sta
                 for cost in mine[1:]:
                     total = _add(total, cost)
                 per_route.append(total)
-        stage = max(per_route, key=lambda s: (s.mem_B, s.F + s.B + s.W))
+        stage = max(per_route, key=lambda s: (s.for_microbatch(False).mem_B, s.F + s.B + s.W))
         static = math.fsum(chunks[c].static_bytes or 0.0 for c in placement.chunks_on(rank))
         stages.append(replace(stage, static_bytes=static))
     return tuple(stages)

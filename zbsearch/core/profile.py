@@ -138,8 +138,9 @@ class Profile:
         return tuple(per)
 
     def stage_mem_B(self, rank: int) -> float:
-        """One whole stage's activation memory per microbatch on this rank (the unit of `Np` limits)."""
-        return self.stages[rank].mem_B
+        """One whole stage's activation memory per microbatch on this rank (the unit of `Np` limits), as
+        profiled: a recompute choice lowers what a plan holds, never the limit it is held to."""
+        return self.stages[rank].for_microbatch(False).mem_B
 
     def with_microbatches(self, m: int) -> "Profile":
         check_microbatches(m)

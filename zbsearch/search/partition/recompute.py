@@ -264,14 +264,15 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
                                      workers=workers, seed=seed, progress=progress))
     if not per_microbatch:
         best_plan = min(results, key=lambda r: r.objective)
-        return _with_bound(request, best_plan, _bound_over_choices(request, best_plan.objective, t0 + time_limit))
+        bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
+        return _with_bound(request, best_plan, bound, t0, results)
     # Each plan with only the microbatches that need it recomputing; the best then with the order and the
     # choice made together by CP-SAT windows. The bound first (it needs only some plan's objective to prune
     # with), so that the windows get the time it does not take.
     best_plan = min((fewer_microbatches(r) for r in results), key=lambda r: r.objective)
     bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
     chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, every_layer)
-    return _with_bound(request, chosen, bound)
+    return _with_bound(request, chosen, bound, t0, results)
 
 
 def _phase_ends(deadline: float, per_microbatch: bool) -> tuple[float, float]:
@@ -313,14 +314,19 @@ def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float
     return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), incumbent, deadline)
 
 
-def _with_bound(request: SplitRequest, result: SolveResult, over_choices: Bound) -> SolveResult:
-    """`result` with the bound over every split and every recompute choice (_bound_over_choices)."""
+def _with_bound(request: SplitRequest, result: SolveResult, over_choices: Bound, t0: float,
+                searches: Sequence[SolveResult]) -> SolveResult:
+    """`result` with the bound over every split and every recompute choice (_bound_over_choices), the
+    seconds since `t0` and the splits the joint `searches` scored: the whole search's, not those of the
+    polish that `result` may come from."""
     bound, how = over_choices
     lower = min(result.objective, bound)
     status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     partition = result.details.partition
     assert partition is not None
     # The rule asked for (the polish names its split fixed:...), with the bound over every choice.
+    scored = sum(r.details.partition.splits_scored for r in searches if r.details.partition is not None)
     facts = replace(partition, rule=request.rule, facts=split_facts(result, request.rule),
-                    any_split_bound=bound, any_split_bound_by_placement=how)
-    return replace(result, lower_bound=lower, status=status, details=replace(result.details, partition=facts))
+                    any_split_bound=bound, any_split_bound_by_placement=how, splits_scored=scored)
+    return replace(result, lower_bound=lower, status=status, solve_seconds=time.monotonic() - t0,
+                   details=replace(result.details, partition=facts))
