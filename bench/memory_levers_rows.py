@@ -22,7 +22,7 @@ from zbsearch.core.errors import InfeasibleError
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
-from zbsearch.core.recompute_choice import parse_recompute, with_recompute
+from zbsearch.core.recompute_choice import option_of, parse_recompute, with_recompute
 from zbsearch.core.sharding import Sharding, shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
@@ -88,10 +88,10 @@ def _joint(label: str, request: SplitRequest, seconds: float) -> tuple[Plan, Sol
 
 
 def _handcrafted(label: str, prof: Profile, row: Row, level: str) -> Plan:
-    levels = parse_recompute(level, prof.layers or ())
-    if not levels:
+    if not any(option_of(layer, level) for layer in prof.layers or ()):
         return Plan(label, note=f"no layer lists {level} (the estimate's attention is fused: sdpa keeps no s x s "
                                 "matrix to drop)")
+    levels = parse_recompute(level, prof.layers or ())
     plan = replace(handcrafted(with_recompute(prof, levels, restage=False), row.p, f"{row.cap_gib:g}GiB", "balanced"),
                    label=label)
     chunks = _rank_chunks(prof, plan)

@@ -61,6 +61,13 @@ def test_recompute_values_name_levels_per_layer(naive) -> None:
                            ("fixed:layers.1=half", "asks for level 'half': use full or selective")]:
         with pytest.raises(ProfileError, match=message):
             parse_recompute(value, layers)
+    # A level no layer lists is refused, not planned as no recompute at all (sdpa keeps no s x s to drop).
+    fused = [replace(x, recompute=tuple(o for o in x.recompute if o.level != "selective")) for x in layers]
+    assert parse_recompute("full", fused) == parse_recompute("full", layers)
+    with pytest.raises(ProfileError, match="recompute selective: no layer of the profile lists a selective option"):
+        parse_recompute("selective", fused)
+    with pytest.raises(ProfileError, match="no layer of the profile lists a full option"):
+        parse_recompute("full", layers[:1])
 
 
 def test_full_recompute_lowers_the_peak_and_lengthens_the_iteration(naive) -> None:

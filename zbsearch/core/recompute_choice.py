@@ -147,7 +147,13 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     """
     value = text.strip()
     if value in LEVELS:
-        return {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
+        chosen = {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
+        if value != "none" and not chosen:  # recomputing nothing would plan as if the flag were not given
+            why = " (estimates list it only for naive attention, which keeps the s x s probabilities)" \
+                if value == "selective" else ""
+            raise ProfileError(f"recompute {value}: no layer of the profile lists a {value} option{why}; "
+                               "use full, auto or fixed:NAME=LEVEL with the levels its layers list")
+        return chosen
     if not value.startswith("fixed:") or not value[len("fixed:"):].strip():
         raise ProfileError(f"recompute {text!r} is not known: use none, auto, auto-layers, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
