@@ -215,6 +215,20 @@ def test_failed_export_leaves_no_file_and_keeps_an_old_one(fmt: str, tmp_path: P
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_a_last_stage_running_forwards_out_of_microbatch_order_is_refused(tmp_path: Path) -> None:
+    """torch looks the last stage's losses up by the order of its forwards: a plan whose last stage runs
+    microbatch 1 first is valid here, but torch failed on one ('Loss for microbatch 3 is not available');
+    other stages may run out of order (torch's LoopedBFS runs backwards in reverse)."""
+    rows = [["0F0", "0F1", "0I0", "0W0", "0I1", "0W1"], ["1F1", "1I1", "1W1", "1F0", "1I0", "1W0"]]
+    schedule = from_rows(rows, name="swapped")
+    validate(schedule, uniform_profile(1, 1, 1, p=2, m=2))
+    with pytest.raises(ScheduleError, match=r"runs microbatch 1 as forward number 1 of the last stage \(chunk 1\)"):
+        export(schedule, "torch-csv", tmp_path / "x.csv")
+    assert not (tmp_path / "x.csv").exists()
+    fine = from_rows([["0F1", "0F0", "0I0", "0W0", "0I1", "0W1"], ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"]], name="ok")
+    export(fine, "torch-csv", tmp_path / "y.csv")
+
+
 def test_dualpipe_two_copies_are_refused_with_the_alternative(tmp_path: Path) -> None:
     with pytest.raises(ScheduleError, match="dualpipev"):
         export(generate("dualpipe", 4, 8), "torch-csv", tmp_path / "x.csv")

@@ -17,6 +17,7 @@ from zbsearch.search.solve.starts import heuristic_start
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check, over_limit
 
+from ..exact.test_lns import assert_forwards_and_backwards_in_microbatch_order
 from ..partition.test_recompute import block, profile
 
 
@@ -68,6 +69,7 @@ def test_windows_choose_order_and_microbatches_faster_than_the_greedy_choice() -
     report = check(chosen.schedule, problem.profile, problem.limit)
     assert report.ok, report
     assert report.timeline is not None and math.isclose(report.timeline.makespan, chosen.objective, rel_tol=1e-9)
+    assert_forwards_and_backwards_in_microbatch_order(chosen.schedule)  # torch's runtime can run it
 
 
 def test_windows_keep_every_microbatch_where_the_cap_is_roomy() -> None:

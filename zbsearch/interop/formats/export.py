@@ -75,7 +75,7 @@ _TO_MICROSECONDS = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
 
 
 def torch_compatible(schedule: Schedule) -> None:
-    """Raise ScheduleError unless torch's runtime can run this placement.
+    """Raise ScheduleError unless torch's runtime can run this placement and the last stage's order.
 
     torch numbers stages along one chain 0..N-1 (stage s feeds stage s+1); our placements with a single
     route 0..N-1 (linear, interleaved, V-shape) map onto it one to one. The two model copies of DualPipe's
@@ -90,6 +90,16 @@ def torch_compatible(schedule: Schedule) -> None:
             f"torch's pipelining runtime runs one chain of stages 0..{pl.num_chunks - 1}; export a linear, "
             f"interleaved or V-shape schedule{hint}"
         )
+    last = [a.microbatch for rank in schedule.ranks for action in rank for a in action.passes()
+            if a.kind is Kind.F and a.chunk == pl.routes[0][-1]]
+    k = next((k for k, mb in enumerate(last) if mb != k), None)
+    if k is not None:
+        # torch keeps the last stage's losses in a list and looks one up by its microbatch's index: the k-th
+        # forward there must be microbatch k, or a backward takes another microbatch's loss.
+        raise ScheduleError(
+            f"schedule {schedule.name!r} runs microbatch {last[k]} as forward number {k + 1} of the last stage "
+            f"(chunk {pl.routes[0][-1]}): torch's runtime looks the last stage's losses up by the order of its "
+            "forwards, so they must run in microbatch order; solve it again with this zbsearch")
 
 
 def torch_rows(schedule: Schedule) -> list[list[str]]:

@@ -120,15 +120,22 @@ def add_symmetry_breaking(model: cp_model.CpModel, grid: Problem, v: Variables) 
     B (relabel the Bs as above, and each W as its B), so that a fused B and W share one microbatch;
     split, memory depends on counts only and is unchanged, fused, the pair is the same pair.
     """
-    m, pl = grid.num_microbatches, grid.placement
     fusable = fusable_chunks(grid)
-    for ps in grid.passes:
-        a = ps.action
-        if a.kind is Kind.W and a.chunk in fusable:
-            continue
-        nxt = a.microbatch + 1
-        if nxt < m and pl.route_index(nxt, m) == pl.route_index(a.microbatch, m):
-            model.add(v.start[Action(a.chunk, a.kind, nxt)] >= v.end[a])
+    add_microbatch_order(model, grid, v, [ps.action for ps in grid.passes
+                                          if not (ps.action.kind is Kind.W and ps.action.chunk in fusable)])
+
+
+def add_microbatch_order(model: cp_model.CpModel, grid: Problem, v: Variables, actions: Sequence[Action]) -> None:
+    """Each chunk's `actions` of one kind run in microbatch order (within a route): every one starts after
+    the one of the next smaller microbatch among them ends."""
+    m, pl = grid.num_microbatches, grid.placement
+    groups: dict[tuple[int, Kind, int], list[Action]] = {}
+    for a in actions:
+        groups.setdefault((a.chunk, a.kind, pl.route_index(a.microbatch, m)), []).append(a)
+    for group in groups.values():
+        group.sort(key=lambda a: a.microbatch)
+        for first, then in zip(group, group[1:]):
+            model.add(v.start[then] >= v.end[first])
 
 
 def fusable_chunks(grid: Problem) -> frozenset[int]:

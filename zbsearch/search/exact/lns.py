@@ -35,8 +35,8 @@ from ...core.recompute_choice import with_choice
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..problem import Pass, Problem, on_grid
-from .cpsat import (Variables, add_one_pass_at_a_time, choose_step, durations, fusable_chunks, memory_scale,
-                    scaled_limit)
+from .cpsat import (Variables, add_microbatch_order, add_one_pass_at_a_time, choose_step, durations, fusable_chunks,
+                    memory_scale, scaled_limit)
 from . import choice
 from .run_model import orders_from_starts
 
@@ -68,8 +68,7 @@ class LnsStats:
     history: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"lns_windows": self.windows, "lns_accepted": self.accepted, "lns_improved": self.improved,
-                "lns_rejected": self.rejected}
+        return {f"lns_{k}": getattr(self, k) for k in ("windows", "accepted", "improved", "rejected")}
 
 
 @dataclass(frozen=True)
@@ -244,6 +243,9 @@ def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objecti
     extra = len(flags) * choice.most_extra(grid)  # each chosen recompute may lengthen the rank by so much
     horizon = int(math.ceil(grid_tl.makespan)) + spread + max(dur.values()) + extra + 1
     v = _add_window_passes(model, grid, inside, fixed, free_at, horizon, flags, fused)
+    # F and B in microbatch order as in the incumbent (torch needs the last stage's F so: torch_compatible;
+    # elsewhere it is add_symmetry_breaking's order, free where costs are equal). W stays free.
+    add_microbatch_order(model, grid, v, [ps.action for ps in inside if ps.action.kind in (Kind.F, Kind.B)])
     _add_window_fusion(model, grid, inside, v)
     add_one_pass_at_a_time(model, grid, v, inside)
     _add_window_memory(model, grid, v, fixed, flags)
