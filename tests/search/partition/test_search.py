@@ -167,6 +167,19 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
     assert auto.schedule.meta["partition"]["chunks"] == part.facts["chunks"]
 
 
+def test_past_its_time_the_joint_search_scores_one_named_split_per_placement():
+    """Each named split costs a heuristic run (0.4 s at p=8, m=32): the search once scored them all whatever
+    the limit, and ran 3x over a short one. With no time it scores the first of each placement, and gives a
+    valid plan still; with time, every one."""
+    prof = layered(random_layers(9, 11), 8, comm=0.5)
+    request = SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto")
+    rushed = search_splits(request, time_limit=0.0)
+    assert rushed.details.partition.splits_scored == 2
+    assert check(rushed.schedule, rushed.problem.profile, rushed.problem.limit).ok
+    roomy = search_splits(request, time_limit=4.0)
+    assert roomy.details.partition.splits_scored > 2 * 3  # every named split (at least 3 a placement), and moves
+
+
 def test_the_second_split_polished_is_the_near_one_with_the_least_own_bound():
     """After the best heuristic split, the solver gets the split whose heuristic is within NEAR of it
     and whose own bound leaves the most to gain, not merely the runner-up; with none near, the
