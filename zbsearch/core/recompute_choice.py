@@ -205,18 +205,19 @@ def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = 
 
 
 def levels_for_every_microbatch(meta: Mapping[str, Any], name: str, num_chunks: int,
-                                microbatches: int) -> tuple[dict[str, str], list[int]]:
+                                microbatches: int) -> tuple[dict[str, str], dict[int, list[int]]]:
     """What a trainer that recomputes a layer for every microbatch (torchtitan, Megatron) runs of a plan:
     the plan's levels (meta.partition.recompute) less the layers of chunks on which no microbatch
-    recomputes, and the chunks that recompute only some of their microbatches. There such a trainer
-    recomputes them all: more time than the plan, no more memory."""
+    recomputes, and the chunks that recompute only some of their microbatches, each with those
+    microbatches (sorted). There such a trainer recomputes them all: more time than the plan, no more
+    memory."""
     partition = plan_partition(meta)
     levels = dict(partition.get("recompute") or {})
     chosen = recompute_microbatches(meta, name, num_chunks, microbatches)
     chunks = partition.get("chunks") or []
     if chosen is None or len(chunks) != num_chunks:
-        return levels, []
+        return levels, {}
     idle = {layer for c, entry in enumerate(chosen) if entry is not None and not entry for layer in chunks[c]}
-    partial = [c for c, entry in enumerate(chosen)
-               if entry and len(entry) < microbatches and any(layer in levels for layer in chunks[c])]
+    partial = {c: sorted(entry) for c, entry in enumerate(chosen)
+               if entry and len(entry) < microbatches and any(layer in levels for layer in chunks[c])}
     return {layer: level for layer, level in levels.items() if layer not in idle}, partial

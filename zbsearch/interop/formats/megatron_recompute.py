@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
-from ...core.recompute_choice import levels_for_every_microbatch, plan_levels, recompute_microbatches
+from ...core.recompute_choice import levels_for_every_microbatch, plan_levels
 from .layer_split import Split
 
 CHECKED = "NVIDIA/Megatron-LM main at d98e8a64 (2026-08-22)"
@@ -62,16 +62,13 @@ def _levels(schedule: Schedule, split: Split) -> dict[str, str]:
         raise PartitionError(str(exc)) from None
 
 
-def _partial_microbatches(schedule: Schedule, partial: list[int]) -> str | None:
+def _partial_microbatches(schedule: Schedule, partial: Mapping[int, list[int]]) -> str | None:
     """Why the plan's per-microbatch choices cannot be Megatron's (core.recompute_choice.
-    levels_for_every_microbatch: `partial` the chunks that recompute only some microbatches), or None."""
+    levels_for_every_microbatch: `partial` the chunks that recompute only some microbatches, with those),
+    or None."""
     if not partial:
         return None
-    chosen = recompute_microbatches(schedule.meta, schedule.name, schedule.placement.num_chunks,
-                                    schedule.num_microbatches)
-    assert chosen is not None
-    c, m = partial[0], schedule.num_microbatches
-    entry = sorted(chosen[c] or ())
+    (c, entry), m = next(iter(partial.items())), schedule.num_microbatches
     return (f"stage {c} recomputes on microbatch{'es' if len(entry) > 1 else ''} {spans(entry)} of 0-{m - 1} only; "
             "Megatron recomputes on every microbatch")
 
