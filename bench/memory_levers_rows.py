@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from partition_rows import GiB, Plan, handcrafted, imbalance
-from zbsearch.core.errors import InfeasibleError
+from zbsearch.core.errors import InfeasibleError, ProfileError
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
-from zbsearch.core.recompute_choice import option_of, parse_recompute, with_recompute
+from zbsearch.core.recompute_choice import parse_recompute, with_recompute
 from zbsearch.core.sharding import Sharding, shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
@@ -88,10 +88,11 @@ def _joint(label: str, request: SplitRequest, seconds: float) -> tuple[Plan, Sol
 
 
 def _handcrafted(label: str, prof: Profile, row: Row, level: str) -> Plan:
-    if not any(option_of(layer, level) for layer in prof.layers or ()):
+    try:
+        levels = parse_recompute(level, prof.layers or ())
+    except ProfileError:  # no layer lists the level
         return Plan(label, note=f"no layer lists {level} (the estimate's attention is fused: sdpa keeps no s x s "
                                 "matrix to drop)")
-    levels = parse_recompute(level, prof.layers or ())
     plan = replace(handcrafted(with_recompute(prof, levels, restage=False), row.p, f"{row.cap_gib:g}GiB", "balanced"),
                    label=label)
     chunks = _rank_chunks(prof, plan)

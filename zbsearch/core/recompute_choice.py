@@ -146,9 +146,11 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     {'layers.1': 'full', 'layers.2': 'full', 'layers.3': 'full'}
     """
     value = text.strip()
+    if value == "none":
+        return {}
     if value in LEVELS:
-        chosen = {} if value == "none" else {x.name: value for x in layers if option_of(x, value) is not None}
-        if value != "none" and not chosen:  # recomputing nothing would plan as if the flag were not given
+        chosen = {x.name: value for x in layers if option_of(x, value) is not None}
+        if not chosen:  # recomputing nothing would plan as if the flag were not given
             why = " (estimates list it only for naive attention, which keeps the s x s probabilities)" \
                 if value == "selective" else ""
             raise ProfileError(f"recompute {value}: no layer of the profile lists a {value} option{why}; "

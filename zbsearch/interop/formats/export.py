@@ -90,15 +90,16 @@ def torch_compatible(schedule: Schedule) -> None:
             f"torch's pipelining runtime runs one chain of stages 0..{pl.num_chunks - 1}; export a linear, "
             f"interleaved or V-shape schedule{hint}"
         )
+    loss_chunk = pl.routes[0][-1]
     last = [a.microbatch for rank in schedule.ranks for action in rank for a in action.passes()
-            if a.kind is Kind.F and a.chunk == pl.routes[0][-1]]
+            if a.kind is Kind.F and a.chunk == loss_chunk]
     k = next((k for k, mb in enumerate(last) if mb != k), None)
     if k is not None:
         # torch keeps the last stage's losses in a list and looks one up by its microbatch's index: the k-th
         # forward there must be microbatch k, or a backward takes another microbatch's loss.
         raise ScheduleError(
             f"schedule {schedule.name!r} runs microbatch {last[k]} as forward number {k + 1} of the last stage "
-            f"(chunk {pl.routes[0][-1]}): torch's runtime looks the last stage's losses up by the order of its "
+            f"(chunk {loss_chunk}): torch's runtime looks the last stage's losses up by the order of its "
             "forwards, so they must run in microbatch order; solve it again with this zbsearch")
 
 

@@ -227,10 +227,10 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
         k = route_length(placement)
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
-        for k, (origin, counts) in enumerate(seed_splits(request, placement)):
+        for n, (origin, counts) in enumerate(seed_splits(request, placement)):
             # Each seed costs a heuristic run (0.4 s at p=8, m=32): past the search's share of the time,
             # a placement scores only its first, so that a short time limit is kept (it ran 3x over).
-            if k == 0 or time.monotonic() < search.deadline:
+            if n == 0 or time.monotonic() < search.deadline:
                 search.score(placement, counts, origin)
     per_placement = len(placements)
     for k, placement in enumerate(placements):
