@@ -23,7 +23,8 @@ from zbsearch.core.partition import partition_profile
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
 from zbsearch.core.recompute_choice import parse_recompute, with_recompute
-from zbsearch.core.sharding import Sharding, shard_profile
+from zbsearch.core.sharding import Sharding
+from zbsearch.core.static_bytes import shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
 from zbsearch.search.partition.recompute import everything, joint, ranks_at_cap, search_with_recompute

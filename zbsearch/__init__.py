@@ -13,6 +13,7 @@ from typing import Any
 from .core.errors import (DependencyError, FileError, InfeasibleError, MemoryLimitError, PartitionError,
     PlanError, PreconditionError, ProfileError, ProfilerError, RunError, ScheduleError, ZbsearchError)
 from .core.ir import Action, Kind, Placement, Schedule
+from .core.plan_record import PlanRecord
 from .core.memory import MemoryLimit, parse_mem_limit
 from .core.profile import Profile, load_profile, uniform_profile
 from .core.stage_cost import StageCost
@@ -28,6 +29,7 @@ _LAZY = {
     "Problem": "search.problem", "make_problems": "search.problem",
     "solve": "search.solve.driver", "solve_placements": "search.solve.driver", "SolveResult": "search.solve.driver",
     "SolveReport": "search.solve.report",
+    "find_plan": "search.entry.find_plan", "PlanRequest": "search.entry.request",
     "export": "interop.formats.export", "import_torch_csv": "interop.formats.torch_import",
 }
 
@@ -44,9 +46,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Action", "DependencyError", "FileError", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError",
-    "PartitionError", "Placement", "PlanError", "PreconditionError", "Problem", "Profile", "ProfileError",
+    "PartitionError", "Placement", "PlanError", "PlanRecord", "PlanRequest", "PreconditionError", "Problem", "Profile", "ProfileError",
     "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SolveReport",
-    "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "generate",
+    "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "find_plan", "generate",
     "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "simulate",
     "solve", "solve_placements", "summarize", "uniform_profile", "validate",
 ]

@@ -73,14 +73,14 @@ def test_a_plan_with_recompute_is_costed_with_it_and_exported_where_it_can_be(tm
     result = runner.invoke(app, ["solve", "--profile", str(tmp_path / "p.json"), "--mem-limit", "2p", "--time-limit", "2",
                                  "--recompute", "fixed:layers.1", "--placement", "linear", "-o", str(plan)])
     assert result.exit_code == 0, result.stderr
-    assert json.loads(plan.read_text())["meta"]["partition"]["recompute"] == {"layers.1": "full"}
+    assert json.loads(plan.read_text())["plan"]["recompute"] == {"layers.1": "full"}
     solved = runner.invoke(app, ["validate", str(plan), "--profile", str(tmp_path / "p.json")], env={"COLUMNS": "300"})
     assert solved.exit_code == 0, solved.stderr
     # The plan is costed with its recompute: layer 1's I takes its forward again.
     makespan = float(re.search(r"makespan ([\d,.]+) us", solved.stdout).group(1).replace(",", ""))
     schedule = Schedule.load(plan)
     profile = load_profile(tmp_path / "p.json")
-    counts = counts_of(schedule.meta["partition"]["chunks"], profile.layers, schedule.placement)
+    counts = counts_of(schedule.plan.split.chunks, profile.layers, schedule.placement)
     plain = simulate(schedule, partition_profile(profile, schedule.placement, counts))
     assert makespan > plain.makespan * (1 + 1e-6)
     result = runner.invoke(app, ["export", str(plan), "-f", "torchtitan", "--profile", str(tmp_path / "p.json"),

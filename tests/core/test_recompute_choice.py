@@ -18,6 +18,8 @@ from zbsearch.profiling.request import LlamaShape, PipelineSetup, StageSplit
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
 
+from plans import with_legacy_plan, with_plan
+
 runner = CliRunner()
 SHAPE = LlamaShape(layers=4, hidden=256, heads=4, kv_heads=2, seq=128, vocab=1024)
 
@@ -115,9 +117,9 @@ def test_solve_reports_what_recompute_does_per_rank(naive, tmp_path: Path) -> No
     assert paper["memory_model"] == "paper" and all(row.get("recomputed") for row in paper["partition"]["ranks"])
 
 
-def _per_microbatch(schedule, entries):
-    partition = {**(schedule.meta.get("partition") or {}), "recompute_microbatches": entries}
-    return replace(schedule, meta={**schedule.meta, "partition": partition})
+def _per_microbatch(schedule, entries, legacy: bool = True):
+    """The schedule as loaded from a file stating these entries (meta.partition or, not `legacy`, plan)."""
+    return (with_legacy_plan if legacy else with_plan)(schedule, {"recompute_microbatches": entries})
 
 
 def test_a_plan_may_recompute_only_some_microbatches(naive) -> None:
@@ -143,9 +145,10 @@ def test_a_plan_may_recompute_only_some_microbatches(naive) -> None:
     ([None, [1, 1]], "[1] must list microbatch indices from 0 to 3, each once"),
     ([None, [True]], "[1] must list microbatch indices from 0 to 3, each once"),
 ])
-def test_a_malformed_per_microbatch_choice_is_one_line_error(naive, entries, message) -> None:
+@pytest.mark.parametrize("legacy, field", [(True, "meta.partition"), (False, "plan")])
+def test_a_malformed_per_microbatch_choice_is_one_line_error(naive, entries, message, legacy, field) -> None:
     from zbsearch.core.errors import ScheduleError
-    with pytest.raises(ScheduleError) as err:
-        simulate(_per_microbatch(generate("1f1b", 2, 4), entries), naive)
-    assert f"meta.partition.recompute_microbatches{message}" in str(err.value)
+    with pytest.raises(ScheduleError) as err:  # refused as the plan loads
+        simulate(_per_microbatch(generate("1f1b", 2, 4), entries, legacy), naive)
+    assert f"schedule '1f1b' {field}.recompute_microbatches{message}" in str(err.value)
     assert "\n" not in str(err.value)

@@ -15,7 +15,8 @@ from zbsearch.core.errors import ProfileError
 from zbsearch.core.ir import vshape
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.profile import load_profile
-from zbsearch.core.sharding import Sharding, param_bytes, shard_profile
+from zbsearch.core.sharding import Sharding, param_bytes
+from zbsearch.core.static_bytes import shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import LlamaShape, PipelineSetup, StageSplit
 
@@ -37,6 +38,16 @@ def test_bytes_per_parameter_follow_zero(how, keep, gathered) -> None:
     assert Sharding(8, how).per_param(parts) == pytest.approx(keep)
     assert Sharding(8, how).gathered_per_param(parts) == gathered
     assert Sharding(1, how).per_param(parts) == 16
+
+
+def test_sharding_divides_the_static_bytes_a_layer_states_not_its_params(llama) -> None:
+    # A profile scaled by hand (tensor parallelism emulated: every byte / 8) keeps its params as counted;
+    # sharding must divide the bytes the layers state (issue 38: 65.7 against 4.6 GiB per rank).
+    scaled = replace(llama, layers=tuple(replace(x, static_bytes=x.static_bytes / 8) for x in llama.layers))
+    sharded = shard_profile(scaled, Sharding(4))
+    for before, after in zip(scaled.layers, sharded.layers):
+        assert after.static_bytes == pytest.approx(before.static_bytes / 4)
+        assert after.params == before.params
 
 
 def test_fsdp_divides_every_layer_and_adds_the_largest_gather_per_stage(llama) -> None:

@@ -12,6 +12,7 @@ from zbsearch.core.ir import Action, Kind, interleaved, linear, vshape
 from zbsearch.core.memory import no_limit
 from zbsearch.core.objective import OBJECTIVES
 from zbsearch.core.placement import parse_placement
+from zbsearch.core.plan_record import PlanRecord
 from zbsearch.search.problem import Problem, make_problem, make_problems, on_grid
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.schedules import generate
@@ -179,3 +180,16 @@ def test_empty_schedule_builds_on_the_problem_placement() -> None:
     schedule = problem.empty_schedule("s", [[Action(0, Kind.F, 0)], []], note="x")
     assert schedule.placement == problem.placement and schedule.num_microbatches == 2
     assert schedule.ranks == ((Action(0, Kind.F, 0),), ()) and schedule.meta == {"note": "x"}
+
+
+def test_the_plan_a_problem_records_is_its_accounting_limit_and_choice() -> None:
+    """The record a schedule made for the problem carries: on a stage-level profile no split and no levels,
+    but the memory accounting and the limit as written; with a choice, that choice."""
+    from dataclasses import replace
+    problem = make_problem(replace(uniform_profile(1, 1, 1, p=2, m=2), memory_model="torch-runtime"), "2p")
+    assert problem.plan == PlanRecord(memory_model="torch-runtime", mem_limit=problem.limit.text)
+    assert problem.limit.text == "2p"
+    chosen = (frozenset({1}), None)
+    assert problem.with_choice(chosen).recompute_microbatches == chosen
+    assert problem.with_choice(chosen).plan == replace(problem.plan, recompute_microbatches=chosen)
+    assert problem.recompute_microbatches is None  # the problem itself is unchanged

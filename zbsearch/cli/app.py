@@ -22,17 +22,15 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
 from .console import print_error, print_warning, progress_bar, stdout_console
-from .levers import (DevicesOpt, DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, as_planned,
-                     warn_paper_accounting)
+from .levers import DevicesOpt, DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, warn_paper_accounting
 from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
-    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, naming, naming_subjects,
+    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, name_subject, naming, naming_subjects,
     parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
 from ..core.memory import above_usable
-from ..core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
 from ..interop.formats.export import export
-from ..search.problem import make_problems
+from ..search.entry.request import PlanRequest, planned_profile
 from ..core.profile import profile_schema
 from ..report import render
 from ..report.render import fmt_number, gantt, headline, summary_table
@@ -48,6 +46,7 @@ class ZbsearchGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except ZbsearchError as exc:
+            name_subject(exc)
             print_error(str(exc))
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
@@ -231,35 +230,30 @@ def solve(
     heuristic it started from. --placement auto tries dualpipe (two parameter copies per rank) only with
     --allow-param-copies."""
     # defers OR-Tools (the solver) until a command solves: `zbsearch --help` and `list` stay quick
-    from ..search.solve import driver as search
+    from ..search.entry.find_plan import Progress, find_plan, problems_for
     # defers OR-Tools, as above (the split search solves)
     from . import split
 
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
-    auto = AUTO_PLACEMENTS + (PARAM_COPY_PLACEMENTS if allow_param_copies else ())
-    implied = partition is None and split.has_layers(profile, uniform)
-    partition = "balanced" if implied else partition  # chunk costs from the layers; auto searches the split
-    prof = as_planned(split.load_layer_profile(profile, p, m) if partition is not None else
-                      load_cli_profile(profile, uniform, p, m, uniform_memory), dp_shard, sharding, memory_model,
-                      recompute, devices, p)
-    _warn_about_plan(prof, mem_limit, headroom, export_torch)
-    if partition is None:
-        placement = placement or "linear"
-        with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement}):
-            problems = make_problems(prof, mem_limit, objective, placement, auto, headroom)
-        _warn_even_chunks(prof, problems, json_out)
+    if dp_shard is None and sharding != "fsdp":
+        raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
+    prof = split.solve_profile(profile, uniform, p, m, uniform_memory, partition)
+    request = PlanRequest(mem_limit, objective, placement, allow_param_copies, partition,
+                          p if prof.layers is not None else None, headroom, memory_model, recompute, dp_shard,
+                          sharding, devices)
+    rule = request.partition_rule(prof)  # chunk costs from the layers where it has them; auto searches the split
+    planned = planned_profile(prof, request)
+    _warn_about_plan(planned, mem_limit, headroom, export_torch)
+    if rule is None:
+        with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement or "linear"}):
+            _warn_even_chunks(planned, problems_for(planned, request), json_out)
     out = stdout_console()
-    with progress_bar("solve", enabled=not json_out) as progress, naming({"--mem-limit": mem_limit}, quoted=True):
-        def on_event(event: search.Progress) -> None:
+    with progress_bar("solve", enabled=not json_out) as progress, split.naming_split(rule, mem_limit, placement):
+        def on_event(event: Progress) -> None:
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 
-        if partition is not None:
-            result = split.solve_split(prof, p, partition, placement, auto, mem_limit, objective, headroom, time_limit,
-                                       workers, seed, on_event, (recompute or "").strip())
-        else:
-            result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
-                                             progress=on_event)
+        result = find_plan(prof, request, time_limit=time_limit, workers=workers, seed=seed, progress=on_event)
     report = result.report()
     if output is not None:
         result.schedule.save(output)
@@ -271,10 +265,10 @@ def solve(
     out.print(summary_table(report.summary))
     out.print(headline(report.summary))
     out.print(render.solve_headline(report))
-    if partition is not None:
+    if rule is not None:
         out.print(split.split_table(result))
         out.print(split.bound_line(result))
-        if implied:
+        if partition is None:
             out.print("the profile lists its layers, so every chunk is costed from them (--partition balanced); "
                       "--partition auto searches the split too")
     for path in (output, export_torch):

@@ -4,7 +4,6 @@ runtime will run with more memory, or without the recompute they were made with.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -12,13 +11,12 @@ import typer
 from ..core.errors import ZbsearchError
 from ..core.ir import Schedule
 from ..core.profile import Profile
-from ..core.recompute_choice import levels_for_every_microbatch, parse_recompute, with_recompute
-from ..core.sharding import Sharding, check_devices, shard_profile
+from ..core.sharding import check_devices
+from ..search.entry.request import PlanRequest, planned_profile
 from .console import print_warning
-from .options import PROBLEM_PANEL, naming_subjects
+from .options import PROBLEM_PANEL
 from .params import parse_memory_model
 
-AUTO_RECOMPUTE = ("auto", "auto-layers")  # the search chooses (search/partition/recompute.py)
 MemoryModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", metavar="paper|torch-runtime", rich_help_panel=PROBLEM_PANEL, parser=parse_memory_model,
     help="Memory accounting plans use: torch-runtime (what torch's pipelining runtime holds, measured by the "
@@ -54,32 +52,18 @@ def check_job(devices: int | None, stages: int | None, dp_shard: int | None) -> 
     """--devices against the pipeline's stages and --dp-shard (core/sharding.check_devices); nothing to
     check without --devices or before the stage count is known."""
     if devices is not None and stages is not None:
-        with naming_subjects({"--devices": "device count"}):
-            check_devices(devices, stages, dp_shard or 1)
+        check_devices(devices, stages, dp_shard or 1)
 
 
 def as_planned(prof: Profile, dp_shard: int | None, sharding: str, memory_model: str | None = None,
                recompute: str | None = None, devices: int | None = None, stages: int | None = None) -> Profile:
-    """The profile with --memory-model, --dp-shard / --sharding (core/sharding.py) and --recompute
-    (core/recompute_choice.py) applied, --devices checked against the pipeline's `stages` (default: the
-    profile's); unchanged without them."""
-    check_job(devices, stages or prof.num_stages, dp_shard)
-    if memory_model is not None:
-        prof = replace(prof, memory_model=memory_model)
+    """The profile with --memory-model, --dp-shard / --sharding and --recompute applied, --devices checked
+    against the pipeline's `stages` (default: the profile's): search.entry.planned_profile, the same the
+    library's find_plan applies; unchanged without them."""
     if dp_shard is None and sharding != "fsdp":
         raise ZbsearchError(f"--sharding {sharding} goes with --dp-shard N: give the data-parallel degree too")
-    if dp_shard is not None:
-        with naming_subjects({"--dp-shard": "data-parallel shard degree", "--sharding": "sharding"}):
-            prof = shard_profile(prof, Sharding(dp_shard, sharding.strip().lower()))
-    if recompute is None or recompute.strip() == "none":
-        return prof
-    if recompute.strip() in AUTO_RECOMPUTE and prof.layers is not None:
-        return prof  # the search chooses (search/partition/recompute.py)
-    if prof.layers is None:
-        raise ZbsearchError(f"--recompute chooses among the recompute options of a profile's layers, and profile "
-                            f"{prof.label} lists no layers: profile the model with zbsearch profile")
-    with naming_subjects({"--recompute": "recompute"}):
-        return with_recompute(prof, parse_recompute(recompute, prof.layers))
+    return planned_profile(prof, PlanRequest(None, stages=stages, memory_model=memory_model, recompute=recompute,
+                                             dp_shard=dp_shard, sharding=sharding, devices=devices))
 
 
 def warn_paper_accounting(prof: Profile | None, target: str) -> None:
@@ -94,9 +78,8 @@ def warn_paper_accounting(prof: Profile | None, target: str) -> None:
 def warn_every_microbatch(schedule: Schedule, what: str) -> None:
     """Say when a plan recomputes only some microbatches of a chunk, which `what` (a trainer that recomputes
     a layer for every microbatch) cannot express."""
-    _, partial = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
-                                             schedule.num_microbatches)
+    _, partial = schedule.plan.levels_for_every_microbatch(schedule.num_microbatches)
     if partial:
         print_warning(f"schedule {schedule.name!r} recomputes only some microbatches on chunk(s) "
-                      f"{', '.join(map(str, partial))} (meta.partition.recompute_microbatches); {what} recomputes "
+                      f"{', '.join(map(str, partial))} (plan.recompute_microbatches); {what} recomputes "
                       "every microbatch of those layers: no more memory than the plan, more time")

@@ -22,8 +22,7 @@ import typer
 from ..core.errors import ProfileError, ZbsearchError
 from ..core.ir import Placement, Schedule
 from ..core.memory import MemoryLimit, parse_mem_limit
-from ..core.partition import counts_of, partition_profile
-from ..core.recompute_choice import with_recompute
+from ..core.planned_profile import for_plan
 from ..core.profile import Profile, check_microbatches, check_stages, load_profile, uniform_profile
 from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, parse_uniform_memory,
     parse_uniform_times)
@@ -139,6 +138,7 @@ def load_cli_profile(
     *,
     default_p: int | None = None,
     default_m: int | None = None,
+    loaded: Profile | None = None,
 ) -> Profile:
     """The profile the command line asks for, with its microbatch count set.
 
@@ -151,6 +151,8 @@ def load_cli_profile(
         What -p and -m mean when left out and no profile says otherwise (commands that read a
         schedule pass its rank and microbatch counts). Without `default_p`, --uniform needs -p.
         Without `default_m`, --uniform defaults to m = 2p.
+    loaded
+        The --profile file as read already (a command reads and validates it once).
 
     Returns
     -------
@@ -182,7 +184,7 @@ def load_cli_profile(
         if m is None:
             m = default_m if default_m is not None else 2 * p
         return _uniform(uniform, p, m, uniform_memory)
-    loaded = load_profile(profile)
+    loaded = loaded if loaded is not None else load_profile(profile)
     if p is not None and p != loaded.num_stages:
         raise ProfileError(
             f"-p {p} does not match profile {str(profile)!r}, which has {loaded.num_stages} stages: "
@@ -240,13 +242,9 @@ def problem_for_schedule(
         return None
     problem = load_cli_profile(profile, uniform, p, None, uniform_memory,
                            default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
-    split = schedule.meta.get("partition")
-    if problem.layers is not None and isinstance(split, dict) and "chunks" in split:
-        # A schedule solved on a split of the layers is costed on that split, not on the profile's own.
-        with naming({"--profile": str(profile)}):
-            problem = with_recompute(problem, split.get("recompute") or {}, restage=False)  # the plan's levels
-            counts = counts_of(split["chunks"], problem.layers, schedule.placement)
-            return partition_profile(problem, schedule.placement, counts)
+    # The plan's accounting, sharding and levels, and on a split of the layers its split: costed as solved.
+    with naming({"--profile": str(profile)}):
+        problem = for_plan(problem, schedule)
     ranks = schedule.num_ranks
     if problem.num_stages == ranks:
         return problem
@@ -268,6 +266,23 @@ def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit",
         return None
     with naming({flag: text}):
         return parse_mem_limit(text, problem, placement)
+
+
+# The flag of each request field a library error may be about (ZbsearchError.subject; the fields of
+# search.entry.request.PlanRequest): the one table from subjects to flags.
+SUBJECT_FLAGS = {
+    "mem_limit": "--mem-limit", "objective": "--objective", "placement": "--placement", "partition": "--partition",
+    "stages": "-p", "microbatches": "-m", "headroom": "--headroom", "memory_model": "--memory-model",
+    "recompute": "--recompute", "dp_shard": "--dp-shard", "sharding": "--sharding", "devices": "--devices",
+}
+
+
+def name_subject(exc: ZbsearchError) -> None:
+    """Put the flag of the error's subject in front of its message (SUBJECT_FLAGS), unless the message
+    names a flag already."""
+    flag = SUBJECT_FLAGS.get(exc.subject or "")
+    if flag is not None:
+        _put_in_front(exc, [flag], SUBJECT_FLAGS.values())
 
 
 @contextmanager

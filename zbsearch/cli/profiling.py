@@ -235,7 +235,7 @@ def summary_table(profile: Profile) -> Table:
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 1), pad_edge=False)
     for col in ("#", "layers", "F", "B", "W", "fused", "mem_B", "mem_W", "static", "comm"):
         table.add_column(col, justify="left" if col in ("#", "layers") else "right", no_wrap=True)
-    names = profile.details.get("partition", {}).get("layers_per_stage") or [["?"]] * profile.num_stages
+    names = profile.stage_split or [["?"]] * profile.num_stages
     for r, st in enumerate(profile.stages):
         comm = _time(profile.comm[r], scale) if r < len(profile.comm) else "-"
         table.add_row(str(r), _span(names[r]), *(_time(v, scale) for v in (st.F, st.B, st.W, st.full_backward)),

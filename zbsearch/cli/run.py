@@ -19,7 +19,6 @@ from ..core.errors import ZbsearchError
 from ..core.fileio import write_atomic
 from ..core.ir import Kind, Schedule
 from ..core.profile import Profile
-from ..core.recompute_choice import plan_partition
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
     naming_subjects, problem_for_schedule)
@@ -144,11 +143,11 @@ def run_command(
 def warn_test_model_recompute(schedule: Schedule, problem: Profile | None, model: str | None) -> None:
     """Say when a plan recomputes layers of a profile's model but the run executes a small test model,
     which has none of them (the profile's own model runs the plan's recompute)."""
-    levels = plan_partition(schedule.meta).get("recompute") or {}
+    levels = schedule.plan.levels
     runs_profile = problem is not None and isinstance(problem.details.get("model"), dict) and model in (None, "profile")
     if levels and not runs_profile:
         print_warning(f"schedule {schedule.name!r} recomputes {len(levels)} layer(s) of its profile's model "
-                      "(meta.partition.recompute), but this run executes a small test model, which has none of them, "
+                      "(plan.recompute), but this run executes a small test model, which has none of them, "
                       "so it runs without recompute: run the plan's model with its profile (--profile, --model "
                       "profile)")
 

@@ -3,54 +3,49 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.table import Table
 
 from ..core.errors import PartitionError, ProfileError
 from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
-from ..search.partition.recompute import search_with_recompute
-from ..search.partition.search import SplitRequest, search_splits
-from ..search.solve.driver import Progress, SolveResult
+from ..search.solve.driver import SolveResult
 from ..search.partition.report import layer_range
-from .options import naming, naming_subjects
-from .levers import AUTO_RECOMPUTE
+from .options import load_cli_profile, naming, naming_subjects
 
 
-def has_layers(path: Path | None, uniform: object) -> bool:
-    """Whether the command line names a profile file that lists its layers."""
-    return path is not None and uniform is None and load_profile(path).layers is not None
-
-
-def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profile:
-    """The profile for a split search: it must list its layers; -p may differ from its stage count."""
-    if path is None:
+def solve_profile(path: Path | None, uniform: Any, p: int | None, m: int | None, uniform_memory: Any,
+                  rule: str | None) -> Profile:
+    """The profile `solve` plans on, read once: a file that lists its layers is split (-p may differ from its
+    stage count); otherwise -p must match it, or --uniform builds one. A split rule needs layers."""
+    loaded = load_profile(path) if path is not None and uniform is None else None
+    if rule is None and (loaded is None or loaded.layers is None):
+        return load_cli_profile(path, uniform, p, m, uniform_memory, loaded=loaded)
+    if loaded is None:
         raise ProfileError("--partition needs a profile with per-layer costs: give --profile PROFILE.json "
                            "(zbsearch profile writes its layers)")
-    prof = load_profile(path)
-    if prof.layers is None:
-        raise PartitionError(f"--partition needs per-layer costs, and profile {prof.label} has none (no layers "
+    if loaded.layers is None:
+        raise PartitionError(f"--partition needs per-layer costs, and profile {loaded.label} has none (no layers "
                              "list): profile the model again with zbsearch profile, which writes them")
     if p is not None:
         check_stages(p)
-    return prof.with_microbatches(m) if m is not None else prof
+    return loaded.with_microbatches(m) if m is not None else loaded
 
 
-def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
-                mem_limit: str, objective: str,
-                headroom: float, time_limit: float, workers: int, seed: int,
-                progress: "callable[[Progress], None] | None", recompute: str = "none") -> SolveResult:
-    names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
-    request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
-    # Innermost first: an error about the counts is --partition's even when it quotes the placement.
+@contextmanager
+def naming_split(rule: str | None, mem_limit: str, placement: str | None) -> Iterator[None]:
+    """Which flag a search's error is about. Innermost first: an error about the counts is --partition's even
+    when it quotes the placement."""
+    if rule is None:
+        with naming({"--mem-limit": mem_limit}, quoted=True):
+            yield
+        return
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
-        if recompute in AUTO_RECOMPUTE:  # the search chooses the levels (and, auto, the microbatches)
-            return search_with_recompute(request, time_limit=time_limit, workers=workers, seed=seed,
-                                         progress=progress, per_microbatch=recompute == "auto")
-        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        yield
 
 
 def split_table(result: SolveResult) -> Table:

@@ -6,9 +6,31 @@ catches them, prints the message on one line and exits non-zero. Anything else e
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 
 class ZbsearchError(Exception):
-    """Base class: a user-facing error whose message names the field (or action) and the fix."""
+    """Base class: a user-facing error whose message names the field (or action) and the fix.
+
+    `subject` is the request field the error is about (`mem_limit`, `placement`, ...; the names of
+    search.entry.PlanRequest), None when it is about the profile or no one field: a caller names the
+    field in its own spelling (the CLI's flag) from it, never from the message's wording."""
+
+    def __init__(self, message: str = "", *, subject: str | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+@contextmanager
+def about(subject: str) -> Iterator[None]:
+    """Errors raised inside are about `subject` unless they already name one."""
+    try:
+        yield
+    except ZbsearchError as exc:
+        if exc.subject is None:
+            exc.subject = subject
+        raise
 
 
 class ProfileError(ZbsearchError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import operator
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 from .errors import ScheduleError
 from .fileio import write_atomic
 from .fileio import read_json
+from .plan_record import Choice, PlanRecord, plan_from_json
 
 
 class Kind(str, Enum):
@@ -250,6 +251,8 @@ class Schedule:
     num_microbatches: int
     ranks: tuple[tuple[Action, ...], ...]
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # The split, recompute, memory accounting, sharding and limit the plan was made under (core/plan_record.py).
+    plan: PlanRecord = field(default_factory=PlanRecord, compare=False, hash=False)
 
     @property
     def num_ranks(self) -> int:
@@ -262,8 +265,13 @@ class Schedule:
     def count(self) -> int:
         return sum(len(r) for r in self.ranks)
 
+    def with_choice(self, chosen: Choice | None) -> "Schedule":
+        """The schedule recording which microbatches recompute on each chunk (an empty set: none does, and
+        the chunk runs as profiled; exports read it so: PlanRecord.levels_for_every_microbatch)."""
+        return replace(self, plan=self.plan.with_choice(chosen))
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": "zbsearch-schedule/1",
             "name": self.name,
             "num_microbatches": self.num_microbatches,
@@ -271,6 +279,8 @@ class Schedule:
             "actions": [[str(a) for a in rank] for rank in self.ranks],
             "meta": self.meta,
         }
+        plan = self.plan.to_json()
+        return {**out, "plan": plan} if plan else out
 
     @classmethod
     def from_dict(cls, data: Any) -> "Schedule":
@@ -297,7 +307,11 @@ class Schedule:
         meta = data.get("meta") or {}
         if not isinstance(meta, dict):
             raise ScheduleError(f"schedule field 'meta' is {meta!r}: it must be a JSON object (or left out)")
-        return cls(str(data["name"]), placement, m, ranks, dict(meta))
+        name, meta = str(data["name"]), dict(meta)
+        legacy = "plan" not in data and "partition" in meta  # a file from before the plan record (its docstring)
+        raw = meta.pop("partition") if legacy else data.get("plan")
+        plan = PlanRecord() if raw is None else plan_from_json(raw, name, placement.num_chunks, m, legacy)
+        return cls(name, placement, m, ranks, meta, plan)
 
     def save(self, path: str | Path) -> None:
 
@@ -309,6 +323,7 @@ class Schedule:
         return cls.from_dict(read_json(path, what="schedule"))
 
 
-def build(name: str, placement: Placement, m: int, ranks: Iterable[Iterable[Action]], **meta: Any) -> Schedule:
+def build(name: str, placement: Placement, m: int, ranks: Iterable[Iterable[Action]], *, plan: PlanRecord | None = None,
+          **meta: Any) -> Schedule:
     """Freeze per-rank lists into a Schedule."""
-    return Schedule(name, placement, m, tuple(tuple(r) for r in ranks), dict(meta))
+    return Schedule(name, placement, m, tuple(tuple(r) for r in ranks), dict(meta), plan or PlanRecord())

@@ -16,14 +16,16 @@ without either the profile's `comm` is kept.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from dataclasses import replace
+from typing import Sequence
 
 from .calibration import kept_after_w, torch_chunk_memory
 from .errors import PartitionError, ProfileError
 from .ir import Placement
 from .layers import Layer
+from .plan_record import Choice, PlanRecord, Split
 from .profile import Profile
+from .sharding import Sharding
 from .stage_cost import StageCost
 
 # A chunk whose layers hold no activation (an embedding alone) still counts one byte, so that limits
@@ -86,10 +88,9 @@ def layers_by_stage(profile: Profile, layers: Sequence[Layer], why: str) -> list
         The profile does not record its split, or names layers `layers` does not have; `why` says what
         needs the stages summed again.
     """
-    names = (profile.details.get("partition") or {}).get("layers_per_stage")
+    names = profile.stage_split
     by_name = {layer.name: layer for layer in layers}
-    if not isinstance(names, list) or len(names) != profile.num_stages or \
-            not all(isinstance(stage, list) and all(n in by_name for n in stage) for stage in names):
+    if names is None or len(names) != profile.num_stages or not all(n in by_name for stage in names for n in stage):
         raise ProfileError(f"profile {profile.label} does not record which layers each stage holds (field "
                            f"details.partition.layers_per_stage): {why}; profile the model again")
     return [[by_name[n] for n in stage] for stage in names]
@@ -227,23 +228,6 @@ def counts_of(names: Sequence[Sequence[str]], layers: Sequence[Layer], placement
     return counts
 
 
-@dataclass(frozen=True)
-class Split:
-    """Per global chunk: layer names, the module paths they cover, and each layer's kind."""
-
-    chunks: tuple[tuple[str, ...], ...]
-    modules: tuple[tuple[str, ...], ...]
-    kinds: tuple[tuple[str, ...], ...]
-
-    @property
-    def num_chunks(self) -> int:
-        return len(self.chunks)
-
-    def to_meta(self) -> dict[str, list[list[str]]]:
-        return {"chunks": [list(c) for c in self.chunks], "modules": [list(m) for m in self.modules],
-                "kinds": [list(k) for k in self.kinds]}
-
-
 def split_from_layers(names: Sequence[Sequence[str]], layers: Sequence[Layer]) -> Split:
     by_name = {layer.name: layer for layer in layers}
     missing = [n for chunk in names for n in chunk if n not in by_name]
@@ -255,27 +239,28 @@ def split_from_layers(names: Sequence[Sequence[str]], layers: Sequence[Layer]) -
                  tuple(tuple(by_name[n].kind for n in chunk) for chunk in chunks))
 
 
-def split_meta(profile: Profile) -> dict[str, Any]:
-    """`schedule.meta["partition"]` for a schedule made on `profile`, one split of its layers
-    (`partition_profile`): layer names, module paths and kinds per global chunk index.
+def plan_of(profile: Profile, mem_limit: str | None = None,
+            chosen: Choice | None = None) -> PlanRecord:
+    """The plan record of a schedule made on `profile` under the limit written `mem_limit` with the
+    per-microbatch recompute `chosen`: on a split of per-layer costs (`partition_profile`) its layer
+    names, module paths and kinds per global chunk and the recompute levels its layers run at; always the
+    memory accounting and the sharding the profile states.
 
     >>> from zbsearch.core.ir import linear
-    >>> from zbsearch.core.partition import partition_profile
     >>> layers = [{"name": n, "kind": k, "F": 1, "B": 1, "W": 1} for n, k in
     ...           [("tok_embeddings", "embedding"), ("layers.0", "decoder"), ("output", "output")]]
     >>> layers[2]["modules"] = ["norm", "output"]
     >>> prof = Profile.from_dict({"name": "toy", "num_stages": 2, "microbatches": 2, "comm": 0,
     ...     "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": 1, "mem_W": 1}] * 2, "layers": layers,
     ...     "source": {"kind": "estimated", "method": "doctest"}})
-    >>> split_meta(partition_profile(prof, linear(2), [2, 1]))["modules"]
-    [['tok_embeddings', 'layers.0'], ['norm', 'output']]
+    >>> plan_of(partition_profile(prof, linear(2), [2, 1])).split.modules
+    (('tok_embeddings', 'layers.0'), ('norm', 'output'))
     """
-    if profile.partition is None or profile.layers is None:
-        raise PartitionError(f"profile {profile.label} is not a split of per-layer costs: split its layers over the "
-                             "placement first (core.partition.partition_profile)")
-    meta: dict[str, Any] = split_from_layers(profile.partition, profile.layers).to_meta()
-    chosen = {layer.name: layer.details["recomputed"]["level"] for layer in profile.layers
-              if "recomputed" in layer.details}
-    if chosen:  # the recompute levels the plan was made with (core/recompute_choice.py)
-        meta["recompute"] = chosen
-    return meta
+    split, levels = None, ()
+    if profile.partition is not None and profile.layers is not None:
+        split = split_from_layers(profile.partition, profile.layers)
+        levels = tuple((layer.name, str(layer.details["recomputed"]["level"])) for layer in profile.layers
+                       if "recomputed" in layer.details)
+    sharded = (profile.details.get("static") or {}).get("sharding")
+    sharding = Sharding(int(sharded["degree"]), str(sharded["how"])) if isinstance(sharded, dict) else None
+    return PlanRecord(split, levels, chosen, profile.memory_model, sharding, mem_limit)

@@ -80,6 +80,25 @@ class Profile:
         return any(s.overlap_f_b is not None for s in self.stages + (self.chunks or ()))
 
     @property
+    def stage_split(self) -> tuple[tuple[str, ...], ...] | None:
+        """The layer names of each of the profile's own stages, as the profiler split them
+        (details.partition.layers_per_stage); None when the profile does not record them.
+
+        Raises
+        ------
+        ProfileError
+            The field is there but is not a list of lists of layer names.
+        """
+        names = (self.details.get("partition") or {}).get("layers_per_stage")
+        if names is None:
+            return None
+        if not isinstance(names, list) or not all(isinstance(s, list) and all(isinstance(n, str) for n in s)
+                                                  for s in names):
+            raise ProfileError(f"profile {self.label}: field details.partition.layers_per_stage must list the layer "
+                               "names of each stage")
+        return tuple(tuple(s) for s in names)
+
+    @property
     def label(self) -> str:
         """How messages name this profile: its file's path when read from one, else its name."""
         return repr(self.path if self.path is not None else self.name)

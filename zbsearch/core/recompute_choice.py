@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from .errors import ProfileError, ScheduleError
-from .ir import Schedule
 from .partition import layers_by_stage, summed
+from .plan_record import PlanRecord
 from .profile import Profile
 from .recompute import LEVELS, RecomputeOption
 
@@ -62,77 +62,19 @@ def recompute_facts(chunks: Sequence[Sequence[Any]], recomputing: Sequence[int])
             "recompute_saved_bytes": sum(info["saved_from_f"] for mine in chosen for _, info in mine)}
 
 
-MICROBATCHES_KEY = "recompute_microbatches"  # in a plan's meta.partition
-
-
-def plan_partition(meta: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A plan's meta.partition (its split and recompute), empty when it has none."""
-    partition = meta.get("partition")
-    return partition if isinstance(partition, dict) else {}
-
-
-def plan_levels(meta: Mapping[str, Any], name: str, layers: set[str], fix: str) -> dict[str, str]:
-    """A plan's recompute levels (`meta.partition.recompute`: layer name to full or selective), checked
-    against the layers its chunks hold; `fix` ends the error for a layer it does not hold.
+def plan_levels(plan: PlanRecord, name: str, layers: set[str], fix: str) -> dict[str, str]:
+    """A plan's recompute levels (layer name to full or selective), checked against the layers its chunks
+    hold; `fix` ends the error for a layer it does not hold.
 
     Raises
     ------
     ScheduleError
-        The entry is not such a map, gives another level, or names a layer outside `layers`.
+        The plan names a layer outside `layers`.
     """
-    raw = plan_partition(meta).get("recompute") or {}
-    where = f"schedule {name!r} meta.partition.recompute"
-    if not isinstance(raw, dict):
-        raise ScheduleError(f"{where} must map layer names to full or selective: give {{\"layers.3\": \"full\"}}")
-    for layer, level in raw.items():
-        if level not in ("full", "selective"):
-            raise ScheduleError(f"{where} gives layer {layer!r} level {level!r}: use full or selective")
+    for layer in plan.levels:
         if layer not in layers:
-            raise ScheduleError(f"{where} names layer {layer!r}, which {fix}")
-    return dict(raw)
-
-
-def recompute_microbatches(meta: Mapping[str, Any], name: str, num_chunks: int,
-                           microbatches: int) -> tuple[frozenset[int] | None, ...] | None:
-    """Per chunk, the microbatches a plan recomputes on it (`meta.partition.recompute_microbatches`: one
-    entry per global chunk, a list of microbatch indices or null for all of them); None when the plan
-    recomputes every microbatch. The chunk's other microbatches keep their activations.
-
-    Raises
-    ------
-    ScheduleError
-        The entry is not one list (or null) per chunk of microbatch indices in range, each once.
-    """
-    raw = plan_partition(meta).get(MICROBATCHES_KEY)
-    if raw is None:
-        return None
-    field = f"schedule {name!r} meta.partition.{MICROBATCHES_KEY}"
-    if not isinstance(raw, list) or len(raw) != num_chunks:
-        raise ScheduleError(f"{field} must list one entry per chunk ({num_chunks}): each a list of microbatch "
-                            "indices that recompute, or null for all of them")
-    out: list[frozenset[int] | None] = []
-    for c, entry in enumerate(raw):
-        if entry is None:
-            out.append(None)
-            continue
-        ok = isinstance(entry, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in entry)
-        if not ok or len(set(entry)) != len(entry) or any(not 0 <= i < microbatches for i in entry):
-            raise ScheduleError(f"{field}[{c}] must list microbatch indices from 0 to {microbatches - 1}, each "
-                                "once (or be null for all of them)")
-        out.append(frozenset(entry))
-    return tuple(out)
-
-
-def microbatches_meta(chosen: Sequence[frozenset[int] | None]) -> list[list[int] | None]:
-    """`recompute_microbatches` as a plan's meta writes it (the inverse of recompute_microbatches)."""
-    return [None if entry is None else sorted(entry) for entry in chosen]
-
-
-def with_choice(schedule: Schedule, chosen: Sequence[frozenset[int] | None]) -> Schedule:
-    """The schedule recording, in meta.partition, which microbatches recompute on each chunk (an empty
-    list: none does, and the chunk runs as profiled; exports read it so: levels_for_every_microbatch)."""
-    partition = {**plan_partition(schedule.meta), MICROBATCHES_KEY: microbatches_meta(chosen)}
-    return replace(schedule, meta={**schedule.meta, "partition": partition})
+            raise ScheduleError(f"schedule {name!r} plan.recompute names layer {layer!r}, which {fix}")
+    return plan.levels
 
 
 def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
@@ -180,7 +122,6 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
     return chosen
 
 
-
 def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = True) -> Profile:
     """`profile` with each layer named in `levels` run at its level (`recomputed`), and (with `restage`)
     its stages (the profile's own split, details.partition.layers_per_stage) summed again from its
@@ -204,22 +145,3 @@ def with_recompute(profile: Profile, levels: Mapping[str, str], restage: bool = 
     grouped = layers_by_stage(profile, layers, "recompute sums its stages from their layers")
     stages = tuple(summed(group, k == len(grouped) - 1, k == 0) for k, group in enumerate(grouped))
     return replace(profile, layers=layers, stages=stages)
-
-
-def levels_for_every_microbatch(meta: Mapping[str, Any], name: str, num_chunks: int,
-                                microbatches: int) -> tuple[dict[str, str], dict[int, list[int]]]:
-    """What a trainer that recomputes a layer for every microbatch (torchtitan, Megatron) runs of a plan:
-    the plan's levels (meta.partition.recompute) less the layers of chunks on which no microbatch
-    recomputes, and the chunks that recompute only some of their microbatches, each with those
-    microbatches (sorted). There such a trainer recomputes them all: more time than the plan, no more
-    memory."""
-    partition = plan_partition(meta)
-    levels = dict(partition.get("recompute") or {})
-    chosen = recompute_microbatches(meta, name, num_chunks, microbatches)
-    chunks = partition.get("chunks") or []
-    if chosen is None or len(chunks) != num_chunks:
-        return levels, {}
-    idle = {layer for c, entry in enumerate(chosen) if entry is not None and not entry for layer in chunks[c]}
-    partial = {c: sorted(entry) for c, entry in enumerate(chosen)
-               if entry and len(entry) < microbatches and any(layer in levels for layer in chunks[c])}
-    return {layer: level for layer, level in levels.items() if layer not in idle}, partial

@@ -21,11 +21,9 @@ Parameter Models", SC 2020 (its Figure 1: 2 + 2 + K, K = 12 for mixed-precision 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .errors import ProfileError
-from .partition import chunk_static, layers_by_stage
-from .profile import Profile
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes of a weight (and an activation element) by dtype
 SHARDINGS = ("fsdp", "zero1", "zero2")
@@ -75,14 +73,14 @@ def check_devices(devices: int, stages: int, degree: int = 1) -> None:
     """
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ProfileError(f"device count {devices!r} is out of range: give the number of GPUs in the job, a whole "
-                           "number from 1")
+                           "number from 1", subject="devices")
     if devices % (stages * degree):
         fits = [d for d in range(1, devices // stages + 1) if (devices // stages) % d == 0] if devices % stages == 0 else []
         fix = (f"use a data-parallel shard degree that divides {devices // stages} ({', '.join(map(str, fits))})"
                if fits else f"use a device count that is a multiple of {stages * degree}")
         what = f"{stages} pipeline stages" + (f" x {degree} data-parallel shards" if degree > 1 else "")
         raise ProfileError(f"device count {devices} does not allow {what} ({stages * degree} GPUs per copy does not "
-                           f"divide {devices}): {fix}")
+                           f"divide {devices}): {fix}", subject="devices")
 
 
 @dataclass(frozen=True)
@@ -96,10 +94,10 @@ class Sharding:
         if isinstance(self.degree, bool) or not isinstance(self.degree, int) or not 1 <= self.degree <= MAX_DEGREE:
             raise ProfileError(f"data-parallel shard degree {self.degree!r} is out of range: give the number of "
                                "data-parallel ranks that share the static bytes, a whole number from 1 (no sharding) "
-                               f"to {MAX_DEGREE}")
+                               f"to {MAX_DEGREE}", subject="dp_shard")
         if self.how not in SHARDINGS:
             raise ProfileError(f"sharding {self.how!r} is not known: use fsdp (ZeRO-3, torchtitan's default), zero1 "
-                               "(optimizer state) or zero2 (optimizer state and gradients)")
+                               "(optimizer state) or zero2 (optimizer state and gradients)", subject="sharding")
         return self
 
     def per_param(self, parts: ParamBytes) -> float:
@@ -120,64 +118,3 @@ class Sharding:
         what = {"fsdp": "FSDP / ZeRO-3: parameters, gradients and optimizer state", "zero1": "ZeRO-1: optimizer state",
                 "zero2": "ZeRO-2: optimizer state and gradients"}[self.how]
         return f"sharded over {self.degree} data-parallel ranks ({what})"
-
-
-def _parts(profile: Profile) -> ParamBytes:
-    """The profile's bytes per parameter by holder, from what it records (details.dtype and
-    details.static.optimizer, as zbsearch profile writes them)."""
-    static = profile.details.get("static") or {}
-    dtype, optimizer = profile.details.get("dtype"), static.get("optimizer")
-    if dtype not in DTYPE_BYTES or optimizer not in OPTIMIZER_STATE_BYTES:
-        raise ProfileError(f"profile {profile.label} does not record its weights' dtype and optimizer (fields "
-                           "details.dtype and details.static.optimizer, as zbsearch profile writes them): sharding "
-                           "needs them to split its static bytes; profile the model again, or add them")
-    parts = param_bytes(DTYPE_BYTES[dtype], optimizer)
-    recorded = static.get("bytes_per_param")
-    if recorded is not None and recorded != parts.total:
-        raise ProfileError(f"profile {profile.label} records {recorded} bytes per parameter but {dtype} weights with "
-                           f"{optimizer} make {parts.total}: fix details.static.bytes_per_param or details.dtype")
-    return parts
-
-
-def _params(profile: Profile, parts: ParamBytes) -> list[float]:
-    layers = profile.layers or ()
-    if not layers:
-        raise ProfileError(f"profile {profile.label} lists no layers: sharding rescales each layer's static bytes "
-                           "and adds the largest layer's gathered ones; use a profile with layers (zbsearch profile "
-                           "writes them)")
-    return [float(layer.params) if layer.params is not None else layer.static_bytes / parts.total for layer in layers]
-
-
-def shard_profile(profile: Profile, sharding: Sharding) -> Profile:
-    """`profile` with every layer's static bytes as `sharding` leaves them on a pipeline rank, its FSDP
-    gather buffer (`gather_bytes`), its stages' static bytes from their layers (details.partition), and
-    `details.static.sharding` saying how. A degree of 1 returns the profile unchanged.
-
-    Raises
-    ------
-    ProfileError
-        The sharding is out of range; the profile is sharded already, lists no layers, or does not
-        record its dtype, optimizer or stage split.
-    """
-    sharding.check()
-    if sharding.degree == 1:
-        return profile
-    static = dict(profile.details.get("static") or {})
-    if "sharding" in static:
-        raise ProfileError(f"profile {profile.label} is {static['sharding'].get('what', 'sharded')} already: shard "
-                           "the unsharded profile once")
-    parts = _parts(profile)
-    keep, gather = sharding.per_param(parts), sharding.gathered_per_param(parts)
-    layers = tuple(replace(layer, static_bytes=n * keep, gather_bytes=n * gather)
-                   for layer, n in zip(profile.layers or (), _params(profile, parts)))
-    static["sharding"] = {"degree": sharding.degree, "how": sharding.how, "bytes_per_param": keep,
-                          "gathered_bytes_per_param": gather, "what": sharding.describe()}
-    return replace(profile, layers=layers, stages=_stages(profile, layers),
-                   details={**profile.details, "static": static})
-
-
-def _stages(profile: Profile, layers: tuple) -> tuple:
-    """The profile's stages with static bytes summed from their (sharded) layers, plus their largest
-    gather buffer."""
-    grouped = layers_by_stage(profile, layers, "sharding sums each stage's static bytes from its layers")
-    return tuple(replace(stage, static_bytes=chunk_static(group)) for stage, group in zip(profile.stages, grouped))

@@ -19,14 +19,13 @@ from ..core.ir import Action, Kind, Placement, Schedule, build
 from ..core.memory import (DEFAULT_HEADROOM, MemoryLimit, activation_need, check_feasible, parse_mem_limit,
                            short_of)
 from ..core.objective import Objective
+from ..core.partition import plan_of
+from ..core.plan_record import Choice, PlanRecord
 from ..core.placement import AUTO_PLACEMENTS, parse_placement
 from ..core.profile import Profile
 from ..core.stage_cost import StageCost
 from ..schedules.dualpipe import DUALPIPE
 from ..sim.simulate import memory_delta, route_inputs
-
-
-Choice = tuple[frozenset[int] | None, ...]  # per chunk, the microbatches that recompute (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -79,6 +78,16 @@ class Problem:
 
     def empty_schedule(self, name: str, ranks: list[list[Action]], **meta) -> Schedule:
         return build(name, self.placement, self.num_microbatches, ranks, **meta)
+
+    @cached_property
+    def plan(self) -> PlanRecord:
+        """The record a schedule made for this problem carries (core/plan_record.py): the profile's split,
+        levels, memory accounting and sharding, the limit as written, and the microbatches that recompute."""
+        return plan_of(self.profile, self.limit.text, self.recompute_microbatches)
+
+    def with_choice(self, chosen: Choice | None) -> "Problem":
+        """The same problem with another per-microbatch recompute choice."""
+        return replace(self, recompute_microbatches=chosen)
 
     @cached_property
     def chunk_costs(self) -> tuple[StageCost, ...]:

@@ -22,7 +22,6 @@ from typing import Callable, Iterator, Sequence
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
 from ..core.profile import Profile
-from ..core.recompute_choice import recompute_microbatches
 from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
 
@@ -104,7 +103,7 @@ class Timeline:
 class PassCosts:
     """Every chunk's per-microbatch cost under a schedule's placement (`costs[chunk]`), and each pass's
     (`of`): its chunk's, or the chunk's cost without recompute for a microbatch the plan keeps the
-    activations of (meta.partition.recompute_microbatches; core/recompute_choice.py)."""
+    activations of (the plan record's recompute_microbatches; core/plan_record.py)."""
 
     chunks: tuple[StageCost, ...]
     recomputing: tuple[frozenset[int] | None, ...] | None = None
@@ -132,8 +131,11 @@ def chunk_costs(schedule: Schedule, profile: Profile) -> PassCosts:
     """Every chunk's per-microbatch cost under this placement, and the microbatches the plan recomputes,
     computed once per simulation."""
     chunks = tuple(profile.chunk_cost(schedule.placement, c) for c in range(schedule.placement.num_chunks))
-    return PassCosts(chunks, recompute_microbatches(schedule.meta, schedule.name, len(chunks),
-                                                    schedule.num_microbatches))
+    chosen = schedule.plan.recompute_microbatches
+    if chosen is not None and len(chosen) != len(chunks):
+        raise ScheduleError(f"schedule {schedule.name!r} plan.recompute_microbatches lists {len(chosen)} chunks but "
+                            f"its placement has {len(chunks)}: give one entry per chunk")
+    return PassCosts(chunks, chosen)
 
 
 def dependencies(schedule: Schedule, profile: Profile | None, action: Action) -> list[tuple[tuple[int, str, int], float]]:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..core.errors import PlanError, ZbsearchError
 from ..core.ir import Schedule
+from ..core.plan_record import Split
 from ..core.profile import Profile
 from ..interop.run.model import plan_profiled_model, predicted_profile, seconds_per_unit
 from ..schedules import generate
@@ -145,7 +146,8 @@ def _solve(request: StudyRequest, variants: dict[str, Profile], progress: Progre
             schedule = result.schedule
             if schedule.placement.num_chunks != p:
                 chunks = plan_profiled_model(shapes["v"], base, check=False).chunks
-                schedule.meta["partition"] = {"chunks": [list(c) for c in chunks]}
+                split = Split(chunks, chunks, tuple(("other",) * len(c) for c in chunks))
+                schedule = replace(schedule, plan=replace(schedule.plan, split=split))
             entry = Entry(f"zbsearch {name} {limit}", "zbsearch", schedule, (name, limit))
             entry.note = f"{result.status}, gap {result.gap:.1%}, start {result.start_heuristic}"
             out.append(entry)

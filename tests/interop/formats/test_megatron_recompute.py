@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
-from zbsearch.core.errors import PartitionError
+from zbsearch.core.errors import PartitionError, ScheduleError
 from zbsearch.core.ir import Schedule
 from zbsearch.core.partition import counts_of, partition_profile
 from zbsearch.core.profile import load_profile
@@ -21,6 +21,8 @@ from zbsearch.interop.formats.megatron_recompute import block, megatron_recomput
 from zbsearch.interop.formats.trainers import megatron_args
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
+
+from plans import with_legacy_plan
 
 runner = CliRunner()
 LINEAR = ([["emb", "l0", "l1", "l2"], ["l3", "l4", "l5", "out"]],
@@ -35,11 +37,10 @@ FULL = ("--recompute-granularity", "full")
 
 def plan(split: tuple[list, list], levels: dict[str, str], microbatches: list | None = None) -> Schedule:
     name = "interleaved-1f1b" if len(split[0]) == 4 else "1f1b"
-    schedule = generate(name, 2, 4)
-    schedule.meta["partition"] = {"chunks": split[0], "kinds": split[1], "recompute": levels}
+    partition = {"chunks": split[0], "kinds": split[1], "recompute": levels}
     if microbatches is not None:
-        schedule.meta["partition"]["recompute_microbatches"] = microbatches
-    return schedule
+        partition["recompute_microbatches"] = microbatches
+    return with_legacy_plan(generate(name, 2, 4), partition)
 
 
 def exported(schedule: Schedule) -> tuple[str, tuple[str, ...], str | None]:
@@ -134,20 +135,21 @@ def test_only_stages_that_recompute_are_held_to_every_microbatch() -> None:
     assert flags == () and "stage 2 recomputes on microbatch 0 of 0-3 only" in statement
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("recompute", {"nope": "full"}, "meta.partition.recompute names layer 'nope', which meta.partition.chunks "
-                                    "does not list"),
-    ("recompute", {"l0": "half"}, "meta.partition.recompute gives layer 'l0' level 'half': use full or "
-                                  "selective"),
-    ("recompute_microbatches", [None], "meta.partition.recompute_microbatches must list one entry per chunk (2)"),
-    ("recompute_microbatches", [[4], None], "meta.partition.recompute_microbatches[0] must list microbatch indices "
-                                            "from 0 to 3, each once"),
+# A field out of form is refused as the plan loads (ScheduleError, naming the file's field); a layer the split
+# does not hold, as the export checks the levels against the split (PartitionError).
+@pytest.mark.parametrize("field,value,error,message", [
+    ("recompute", {"nope": "full"}, PartitionError, "plan.recompute names layer 'nope', which plan.split.chunks "
+                                                    "does not list"),
+    ("recompute", {"l0": "half"}, ScheduleError, "meta.partition.recompute gives layer 'l0' level 'half': use full "
+                                                 "or selective"),
+    ("recompute_microbatches", [None], ScheduleError, "meta.partition.recompute_microbatches must list one entry per "
+                                                      "chunk (2)"),
+    ("recompute_microbatches", [[4], None], ScheduleError, "meta.partition.recompute_microbatches[0] must list "
+                                                           "microbatch indices from 0 to 3, each once"),
 ])
-def test_malformed_recompute_fields_are_one_line_errors(field, value, message) -> None:
-    schedule = plan(LINEAR, every("l0 l3"))
-    schedule.meta["partition"][field] = value
-    with pytest.raises(PartitionError) as err:
-        exported(schedule)
+def test_malformed_recompute_fields_are_one_line_errors(field, value, error, message) -> None:
+    with pytest.raises(error) as err:
+        exported(with_legacy_plan(plan(LINEAR, every("l0 l3")), {field: value}))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -192,7 +194,7 @@ def export_megatron(plan: Path, profile: Path):
 ])
 def test_a_solved_plan_uniform_over_stages_exports_its_flags(llama: Path, recompute: str, flags) -> None:
     plan, schedule = solved(llama, recompute)
-    assert set(json.loads(plan.read_text())["meta"]["partition"]["recompute"].values()) == {flags[1]}
+    assert set(json.loads(plan.read_text())["plan"]["recompute"].values()) == {flags[1]}
     result, args = export_megatron(plan, llama)
     assert args == ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et*3|t*3L' --num-layers 6 "
                     f"{' '.join(flags)}\n")
@@ -202,7 +204,7 @@ def test_a_solved_plan_uniform_over_stages_exports_its_flags(llama: Path, recomp
 def peaks(schedule: Schedule, profile: Path, levels: dict[str, str]) -> list[float]:
     """Each rank's peak activation memory for the plan's split with these layers recomputed."""
     prof = with_recompute(load_profile(profile), levels, restage=False)
-    counts = counts_of(schedule.meta["partition"]["chunks"], prof.layers, schedule.placement)
+    counts = counts_of(schedule.plan.split.chunks, prof.layers, schedule.placement)
     timeline = simulate(schedule, partition_profile(prof, schedule.placement, counts))
     return [timeline.peak_memory(r) for r in range(schedule.num_ranks)]
 
@@ -216,10 +218,10 @@ def test_a_solved_plan_megatron_cannot_express_names_a_setting_holding_no_more(l
                                 "but not 'layers.0' before it")
     assert statement.endswith(" ".join(block(2)))
     # block 2 recomputes the first two blocks of each stage: every rank holds no more than the plan.
-    chunks = schedule.meta["partition"]["chunks"]
+    chunks = schedule.plan.split.chunks
     nearest = {name: "full" for chunk in chunks for name in [n for n in chunk if n.startswith("layers.")][:2]}
     assert nearest == {"layers.0": "full", "layers.1": "full", "layers.3": "full", "layers.4": "full"}
-    planned = peaks(schedule, llama, schedule.meta["partition"]["recompute"])
+    planned = peaks(schedule, llama, schedule.plan.levels)
     # (Some solves peak on rank 1 while its blocks hold from I until W, which full recompute does not lower.)
     held = list(zip(peaks(schedule, llama, nearest), planned))
     assert all(a <= b for a, b in held) and any(a < b for a, b in held)

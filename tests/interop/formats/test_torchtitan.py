@@ -23,6 +23,8 @@ from zbsearch.interop.formats.export import export_files
 from zbsearch.interop.formats.layer_split import Split
 from zbsearch.schedules import generate
 
+from plans import with_legacy_plan
+
 runner = CliRunner()
 
 # Facts from pytorch/torchtitan's sources (names only).
@@ -84,8 +86,7 @@ def test_the_0_2_toml_names_every_module_once_with_its_fields(llama_plan: Path) 
     assert sorted(m for part in parts for m in part) == sorted(llama_modules(6, "0.2"))
     assert len(parts) == 4 and table["pipeline_parallel_schedule"] == "ZBVZeroBubble"
     assert table["pipeline_parallel_degree"] == 2
-    assert parts == [list(c) for c in torchtitan.torchtitan_parts(Split(**{
-        k: tuple(map(tuple, v)) for k, v in schedule.meta["partition"].items()}), "0.2")]
+    assert parts == [list(c) for c in torchtitan.torchtitan_parts(schedule.plan.split, "0.2")]
 
 
 def test_the_main_config_sets_known_fields_and_names_every_module_once(llama_plan: Path) -> None:
@@ -130,9 +131,9 @@ def test_a_split_that_does_not_name_every_module_once_is_refused(parts, message)
 
 
 def test_mtp_layers_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    schedule = generate("1f1b", 2, 4)
     parts = [["tok_embeddings", "layers.0"], ["mtp_layers.0", "norm", "output"]]
-    schedule.meta["partition"] = {"chunks": parts, "kinds": [["embedding", "decoder"], ["mtp", "other", "output"]]}
+    schedule = with_legacy_plan(generate("1f1b", 2, 4),
+                                {"chunks": parts, "kinds": [["embedding", "decoder"], ["mtp", "other", "output"]]})
     with pytest.raises(PartitionError, match="torchtitan does not pipeline them"):
         export_files(schedule, "torchtitan", tmp_path / "s.csv", torchtitan="0.2")
     assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,15 @@ from typer.testing import CliRunner
 from zbsearch.cli.app import app
 from zbsearch.core.errors import PartitionError, ScheduleError, ZbsearchError
 from zbsearch.core.ir import Schedule, build, interleaved
-from zbsearch.core.partition import partition_profile
+from zbsearch.core.partition import partition_profile, plan_of
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.interop.formats.export import export, export_files, render
-from zbsearch.interop.formats.layer_split import Split, split_meta, split_of
+from zbsearch.interop.formats.layer_split import Split, split_of
 from zbsearch.interop.formats.torchtitan import torchtitan_toml
 from zbsearch.interop.formats.trainers import compress, expand, megatron_args
 from zbsearch.schedules import generate
+
+from plans import with_legacy_plan
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,8 +48,7 @@ def toy_profile(n_blocks: int = 6) -> Profile:
 def with_split(name: str, p: int, m: int, counts: list[int]) -> Schedule:
     """A handcrafted schedule carrying the split `counts` (layers per chunk, route order) of toy_profile."""
     schedule = generate(name, p, m)
-    schedule.meta["partition"] = split_meta(partition_profile(toy_profile(), schedule.placement, counts))
-    return schedule
+    return replace(schedule, plan=plan_of(partition_profile(toy_profile(), schedule.placement, counts)))
 
 
 LINEAR_TOML = '''\
@@ -66,16 +68,15 @@ module_fqns_per_model_part = [
 '''
 
 
-def test_split_meta_is_the_dict_the_solver_attaches():
+def test_plan_of_is_the_split_the_solver_attaches():
     prof = partition_profile(toy_profile(), generate("1f1b", 2, 4).placement, [3, 5])
-    assert split_meta(prof) == {
+    assert plan_of(prof).split.to_json() == {
         "chunks": [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "layers.4", "layers.5", "output"]],
         "modules": [["tok_embeddings", "layers.0", "layers.1"],
                     ["layers.2", "layers.3", "layers.4", "layers.5", "norm", "output"]],
         "kinds": [["embedding", "decoder", "decoder"], ["decoder"] * 4 + ["output"]],
     }
-    with pytest.raises(PartitionError, match="is not a split of per-layer costs"):
-        split_meta(toy_profile())
+    assert plan_of(toy_profile()).split is None  # a profile that is not a split of per-layer costs has none
 
 
 def test_torchtitan_linear_writes_the_csv_and_the_exact_toml(tmp_path):
@@ -171,12 +172,16 @@ def test_v_shape_is_refused_for_megatron_naming_why_and_what_to_use(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["torchtitan", "megatron-layout"])
 def test_a_split_that_does_not_fit_the_schedule_is_refused(tmp_path, fmt):
-    schedule = with_split("interleaved-1f1b", 2, 4, [2, 2, 2, 2])
-    schedule.meta["partition"]["chunks"].pop()
-    message = refused(schedule, fmt, tmp_path, PartitionError)
+    split = with_split("interleaved-1f1b", 2, 4, [2, 2, 2, 2]).plan.split.to_json()
+    split["chunks"].pop()
+    with pytest.raises(PartitionError) as err:  # a file stating such a split is refused as it loads
+        with_legacy_plan(generate("interleaved-1f1b", 2, 4), split)
+    message = str(err.value)
+    assert "\n" not in message
     assert message.startswith("schedule 'interleaved-1f1b': meta.partition lists 3 chunks of layers but 4 of modules")
     for key in ("modules", "kinds"):
-        schedule.meta["partition"][key].pop()
+        split[key].pop()
+    schedule = with_legacy_plan(generate("interleaved-1f1b", 2, 4), split)
     message = refused(schedule, fmt, tmp_path, PartitionError)
     assert message.startswith("the schedule's split has 3 stages but schedule 'interleaved-1f1b' (placement "
                               "'interleaved') has 4:")
@@ -195,16 +200,14 @@ def test_a_split_that_does_not_fit_the_schedule_is_refused(tmp_path, fmt):
     ([["embedding", "decoder"], ["output", "decoder"]], "one output layer, last"),
 ])
 def test_megatron_rules_are_checked_before_writing(tmp_path, kinds, match):
-    schedule = generate("1f1b", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["a0", "a1"], ["a2", "a3"]], "kinds": kinds}
+    schedule = with_legacy_plan(generate("1f1b", 2, 4), {"chunks": [["a0", "a1"], ["a2", "a3"]], "kinds": kinds})
     assert match in refused(schedule, "megatron-layout", tmp_path, PartitionError)
 
 
 def test_mtp_layers_must_share_one_stage(tmp_path):
-    schedule = generate("interleaved-1f1b", 2, 4)
     kinds = [["embedding", "decoder"], ["decoder"], ["mtp"], ["mtp", "output"]]
-    schedule.meta["partition"] = {"chunks": [[f"a{c}.{i}" for i in range(len(k))] for c, k in enumerate(kinds)],
-                                  "kinds": kinds}
+    schedule = with_legacy_plan(generate("interleaved-1f1b", 2, 4), {
+        "chunks": [[f"a{c}.{i}" for i in range(len(k))] for c, k in enumerate(kinds)], "kinds": kinds})
     assert refused(schedule, "megatron-layout", tmp_path, PartitionError) == (
         "the MTP layers sit on stages [2, 3]: Megatron-LM needs them all on one stage, the last virtual stage of its "
         "rank (stages 2..3 here)")
@@ -265,4 +268,4 @@ def test_cli_split_errors_are_one_line_and_write_nothing(tmp_path):
     result = invoke("export", sched, "-f", "megatron-layout", "-o", out / "x.args", "--profile", prof)
     assert result.exit_code == 1 and "has no V-shape" in result.stderr
     assert list(out.iterdir()) == []
-    assert json.loads(sched.read_text())["meta"]["partition"]["chunks"][0] == ["tok_embeddings", "layers.0"]
+    assert json.loads(sched.read_text())["plan"]["split"]["chunks"][0] == ["tok_embeddings", "layers.0"]

@@ -1,5 +1,5 @@
-"""`zbsearch run --profile`: the model a profile was made from, cut by its partition (or the schedule's
-meta.partition), run on torch and compared with the profile. Few processes: two short gloo runs and one
+"""`zbsearch run --profile`: the model a profile was made from, cut by its partition (or the split of the
+schedule's plan record), run on torch and compared with the profile. Few processes: two short gloo runs and one
 that must time out; every refused request is refused before any process starts."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ pytest.importorskip("torch")
 
 from zbsearch.interop.run.model import cut_chunks, plan_profiled_model, predicted_profile  # noqa: E402
 from zbsearch.interop.run.launcher import _cause, run  # noqa: E402
+
+from plans import with_legacy_plan  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -90,14 +92,15 @@ def test_the_profiled_gpt_runs_1f1b_with_checked_gradients_and_per_pass_times(tm
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_v_schedule_runs_the_chunks_its_meta_partition_names() -> None:
-    schedule = generate("zb-v", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], [], ["output"]]}
+def test_a_v_schedule_runs_the_chunks_its_plan_split_names() -> None:
+    schedule = with_legacy_plan(generate("zb-v", 2, 4),
+                                {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], [], ["output"]]})
     with pytest.raises(RunError, match="chunk 2 has no layers"):
         plan_profiled_model(schedule, tiny_gpt())
-    schedule.meta["partition"]["chunks"] = [["tok_embeddings"], ["layers.0"], ["layers.1"], ["output"]]
+    schedule = with_legacy_plan(generate("zb-v", 2, 4),
+                                {"chunks": [["tok_embeddings"], ["layers.0"], ["layers.1"], ["output"]]})
     result = run(schedule, profile=tiny_gpt(), steps=1, warmup=0)
-    assert result.ok and result.checked and result.partition == schedule.meta["partition"]["chunks"]
+    assert result.ok and result.checked and result.partition == [list(c) for c in schedule.plan.split.chunks]
     assert result.details["stages_per_rank"] == [[0, 3], [1, 2]]
     assert {(r["rank"], r["chunk"]) for r in result.passes} == {(0, 0), (0, 3), (1, 1), (1, 2)}
     assert result.details["prediction"].startswith("sums of the profile's per-layer costs")

@@ -78,7 +78,7 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     assert any(row.get("recomputed") for row in ranks)
     assert auto.objective < plain.objective * 0.95
     assert auto.lower_bound <= auto.objective
-    assert auto.schedule.meta["partition"]["recompute"]
+    assert auto.schedule.plan.levels
     assert auto.details.partition.rule == auto.details.partition.facts["rule"] == "auto"  # not the polish's fixed:
 
 
@@ -89,13 +89,13 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
     auto = search_with_recompute(request, time_limit=8)
-    chosen = auto.schedule.meta["partition"]["recompute_microbatches"]
+    chosen = auto.schedule.plan.recompute_microbatches
     counts = [n for row in auto.details.partition.facts["ranks"] for n in row.get("recomputed_microbatches", [])]
     assert any(0 < n < 8 for n in counts), (chosen, counts)
     recomputing = sum(len(entry) if entry is not None else 8 for entry in chosen)
     every = search_splits(replace_request(request, auto), time_limit=6)
     assert auto.objective <= every.objective + 1e-9  # the same levels on every microbatch cost no less
-    assert recomputing < 8 * sum(1 for entry in chosen if entry != [])
+    assert recomputing < 8 * sum(1 for entry in chosen if entry is None or entry)  # entries that are not empty
     assert_validates_as_searched(tmp_path, prof, auto, "16GiB")
 
 
@@ -116,8 +116,8 @@ def assert_validates_as_searched(tmp_path, prof: Profile, result, cap: str) -> N
 def replace_request(request, result):
     """The request with the result's levels applied to every microbatch, on its split and placement."""
     from dataclasses import replace
-    levels = result.schedule.meta["partition"]["recompute"]
-    counts = ",".join(str(len(c)) for c in result.schedule.meta["partition"]["chunks"])
+    levels = result.schedule.plan.levels
+    counts = ",".join(str(len(c)) for c in result.schedule.plan.split.chunks)
     return replace(request, profile=with_recompute(request.profile, levels, restage=False), rule="fixed:" + counts)
 
 
@@ -135,7 +135,7 @@ def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> No
     # What the report says: the whole call's seconds and the joint searches' splits, not the polish's.
     assert wall - 0.2 <= layers.solve_seconds <= wall
     assert layers.details.partition.splits_scored >= sum(x.details.partition.splits_scored for x in (plain, full))
-    assert "recompute_microbatches" not in layers.schedule.meta["partition"]
+    assert layers.schedule.plan.split is not None and layers.schedule.plan.recompute_microbatches is None
     assert layers.objective <= min(plain.objective, full.objective) + 1e-9
     chosen = search_with_recompute(request, time_limit=6, starts=(plain, full))
     assert chosen.objective <= min(plain.objective, full.objective) + 1e-9
@@ -150,7 +150,7 @@ def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
     assert isinstance(without, InfeasibleError) and "raise the limit to at least that" in str(without)
     assert "10.6 GiB" in str(without)  # the least cap without recompute
     auto = search_with_recompute(request, time_limit=6)
-    assert auto.schedule.meta["partition"]["recompute"]
+    assert auto.schedule.plan.levels
     assert all(row["fits"] for row in auto.details.partition.facts["ranks"])
 
 
@@ -167,9 +167,9 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
     plain = search_splits(request, time_limit=3)
     chosen = choose_on_every_chunk(request, plain, time.monotonic() + 4, 2, 0, all_full(request))
     assert chosen.objective < plain.objective * 0.9
-    partition = chosen.schedule.meta["partition"]
-    lists = partition["recompute_microbatches"]
-    recomputing = {name for chunk, entry in zip(partition["chunks"], lists) if entry is None or entry
+    plan = chosen.schedule.plan
+    lists = plan.recompute_microbatches
+    recomputing = {name for chunk, entry in zip(plan.split.chunks, lists, strict=True) if entry is None or entry
                    for name in chunk}
-    assert partition["recompute"] and set(partition["recompute"]) <= recomputing
+    assert plan.levels and set(plan.levels) <= recomputing
     assert_validates_as_searched(tmp_path, prof, chosen, "14GiB")

@@ -164,7 +164,7 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
         assert rank["total_bytes"] <= 24 * GiB * (1 + 1e-9) and rank["fits"]
     assert auto.lower_bound == pytest.approx(min(auto.objective, part.any_split_bound))
     assert sum(part.facts["layers_per_chunk"]) == 9
-    assert auto.schedule.meta["partition"]["chunks"] == part.facts["chunks"]
+    assert auto.schedule.plan.split.to_json()["chunks"] == part.facts["chunks"]
 
 
 def test_past_its_time_the_joint_search_scores_one_named_split_per_placement():
@@ -289,7 +289,7 @@ def test_cli_partition_errors_are_one_line(tmp_path):
                                  "--mem-limit", "40GiB", "--time-limit", "5", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "any split: lower bound" in result.output and "split (auto): layers per chunk" in result.output
-    assert "partition" in json.loads(out.read_text())["meta"]
+    assert "split" in json.loads(out.read_text()).get("plan", {})
     # validate costs the schedule on the split it carries, so it finds the makespan solve reported.
     solved = json.loads(runner.invoke(app, ["solve", "--profile", str(layered_file), "-p", "3", "--partition", "auto",
                                             "--mem-limit", "40GiB", "--time-limit", "5", "--json", "-o",

@@ -93,6 +93,10 @@ def test_result_validates_and_resimulates_to_its_objective(limit, objective):
     assert result.lower_bound >= lower_bound(problem) - 1e-9
     for r in range(4):
         assert tl.peak_memory(r) <= problem.limit.per_rank[r] + 1e-9
+    # The answer carries the problem's plan record, and its timeline names the schedule it times.
+    assert result.schedule.plan == problem.plan and result.schedule.plan.mem_limit == limit
+    assert result.timeline.schedule is result.schedule
+    assert result.schedule.name in ("zbsearch", result.start_heuristic)
 
 
 def test_memory_limit_exact_at_boundary():

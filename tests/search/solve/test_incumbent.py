@@ -10,6 +10,7 @@ import pytest
 
 from zbsearch.core.ir import Action, Kind, Schedule, build, linear
 from zbsearch.core.memory import parse_mem_limit
+from zbsearch.core.plan_record import PlanRecord
 from zbsearch.core.profile import Profile
 from zbsearch.schedules import generate
 from zbsearch.search.problem import Problem
@@ -19,6 +20,9 @@ from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check
 
 SOURCE = {"kind": "estimated", "method": "incumbent tests"}
+# A plan record on two chunks, kept by the rewrites as the meta is.
+PLAN = PlanRecord(recompute=(("layers.0", "full"),), recompute_microbatches=(frozenset({0}), None),
+                  memory_model="torch-runtime", mem_limit="2p")
 
 
 def _a(chunk: int, kind: Kind, mb: int) -> Action:
@@ -39,11 +43,12 @@ def _start(prof: Profile, schedule: Schedule, objective: str = "makespan") -> tu
     return problem, start
 
 
-def test_split_writes_each_full_backward_as_b_then_w_in_place_and_keeps_name_and_meta() -> None:
+def test_split_writes_each_full_backward_as_b_then_w_in_place_and_keeps_name_meta_and_plan() -> None:
     base = generate("1f1b", 2, 3)
-    schedule = build(base.name, base.placement, 3, base.ranks, note="kept")
+    schedule = build(base.name, base.placement, 3, base.ranks, plan=PLAN, note="kept")
     split = with_backwards_split(schedule)
     assert split.name == schedule.name and split.meta == {"note": "kept"} and split.placement == schedule.placement
+    assert split.plan == PLAN
     for own, out in zip(schedule.ranks, split.ranks):
         expected = []
         for a in own:
@@ -79,7 +84,7 @@ def test_fused_joins_only_a_b_directly_followed_by_its_own_w() -> None:
              _a(0, W, 2)]
     rank1 = [_a(1, F, 0), _a(1, B, 0), _a(1, F, 1), _a(1, B, 1), _a(1, W, 0), _a(1, F, 2), _a(1, B, 2), _a(1, W, 1),
              _a(1, W, 2)]
-    schedule = build("hand", linear(2), 3, [rank0, rank1], origin="test")
+    schedule = build("hand", linear(2), 3, [rank0, rank1], plan=PLAN, origin="test")
     fused = with_backwards_fused(schedule)
     BW = Kind.FULL_B
     # Rank 0: B0 W0 adjacent, B1 then F2 then W1 (not adjacent), B2 W2 adjacent.
@@ -87,7 +92,7 @@ def test_fused_joins_only_a_b_directly_followed_by_its_own_w() -> None:
                                     _a(0, BW, 2)]
     # Rank 1: B1 is followed by W0 (another microbatch), and B2 by W1: nothing is fused.
     assert fused.ranks[1] == schedule.ranks[1]
-    assert fused.name == "hand" and fused.meta == {"origin": "test"}
+    assert fused.name == "hand" and fused.meta == {"origin": "test"} and fused.plan == PLAN
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "zb-h1", "zb-h2"])

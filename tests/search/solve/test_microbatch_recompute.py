@@ -8,8 +8,9 @@ import time
 
 import pytest
 
+from zbsearch.core.ir import Schedule
 from zbsearch.core.placement import parse_placement
-from zbsearch.core.recompute_choice import recompute_microbatches, with_choice, with_recompute
+from zbsearch.core.recompute_choice import with_recompute
 from zbsearch.search.partition.recompute import all_full
 from zbsearch.search.partition.search import SplitRequest, SplitSearch
 from zbsearch.search.solve.microbatch_recompute import choose_by_windows, keep_where_it_fits, recompute_fewer
@@ -40,13 +41,13 @@ def test_greedy_choice_fits_and_keeps_every_microbatch_that_fits(cap: str) -> No
     start = heuristic_start(problem)
     choice = keep_where_it_fits(problem, start.schedule)
     assert choice is not None
-    assert check(with_choice(start.schedule, choice), problem.profile, problem.limit).ok
+    assert check(start.schedule.with_choice(choice), problem.profile, problem.limit).ok
     recomputing = [(c, i) for c, entry in enumerate(choice) if entry for i in entry]
     kept = sum(problem.num_microbatches - len(entry) for entry in choice if entry is not None)
     assert kept > 0
     for c, i in recomputing:
         more = tuple(entry if k != c else entry - {i} for k, entry in enumerate(choice))
-        timeline = simulate(with_choice(start.schedule, more), problem.profile)
+        timeline = simulate(start.schedule.with_choice(more), problem.profile)
         rank = problem.placement.chunk_to_rank[c]
         assert over_limit(timeline.peak_memory(rank), problem.limit.per_rank[rank]), (c, i)
 
@@ -62,8 +63,10 @@ def test_windows_choose_order_and_microbatches_faster_than_the_greedy_choice() -
     _, greedy = recompute_fewer(problem, start)
     chosen_problem, chosen = choose_by_windows(problem, start, time.monotonic() + 4.5)
     assert chosen.objective < min(start.objective, greedy.objective) * (1 - 1e-6)
-    choice = recompute_microbatches(chosen.schedule.meta, "plan", 2, 8)
-    assert choice == chosen_problem.recompute_microbatches
+    choice = chosen.schedule.plan.recompute_microbatches
+    assert choice is not None and len(choice) == 2 and choice == chosen_problem.recompute_microbatches
+    # As a file states it: one entry per chunk, microbatch indices in range (checked as it loads).
+    assert Schedule.from_dict(chosen.schedule.to_dict()).plan.recompute_microbatches == choice
     recomputing = [len(entry) for entry in choice if entry is not None]
     assert 0 < sum(recomputing) < 8 * len(recomputing)  # some microbatches recompute, not all
     report = check(chosen.schedule, problem.profile, problem.limit)

@@ -41,7 +41,6 @@ from ...core.errors import ScheduleError, ZbsearchError
 from ...core.fileio import write_atomic
 from ...core.ir import Action, Kind, Schedule
 from ...core.profile import Profile
-from ...core.recompute_choice import levels_for_every_microbatch
 from ...sim.simulate import Timeline
 from ...sim.validate import validate
 from .layer_split import split_of
@@ -284,8 +283,7 @@ def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profil
         raise ZbsearchError(f"the torchtitan export writes the CSV to {str(path)!r} and its config beside it with the "
                             f"suffix {config.suffix}: name the CSV file with another suffix, e.g. schedule.csv")
     text = render(schedule, "torch-csv", profile)
-    levels, _ = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
-                                            schedule.num_microbatches)
+    levels, _ = schedule.plan.levels_for_every_microbatch(schedule.num_microbatches)
     return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version,
                                                      levels))]
 

@@ -27,8 +27,8 @@ from typing import Mapping
 
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
-from ...core.recompute_choice import levels_for_every_microbatch, plan_levels
-from .layer_split import Split
+from ...core.recompute_choice import plan_levels
+from ...core.plan_record import Split
 
 CHECKED = "NVIDIA/Megatron-LM main at d98e8a64 (2026-08-22)"
 TRANSFORMER = ("decoder", "mtp")  # the layer kinds Megatron recomputes
@@ -56,8 +56,8 @@ Chosen = tuple[int, str, str, str]  # stage, layer name, kind, level
 
 def _levels(schedule: Schedule, split: Split) -> dict[str, str]:
     try:
-        return plan_levels(schedule.meta, schedule.name, {name for chunk in split.chunks for name in chunk},
-                           "meta.partition.chunks does not list: use the plan as solved")
+        return plan_levels(schedule.plan, schedule.name, {name for chunk in split.chunks for name in chunk},
+                           "plan.split.chunks does not list: use the plan as solved")
     except ScheduleError as exc:
         raise PartitionError(str(exc)) from None
 
@@ -156,7 +156,7 @@ def _layer_setting(split: Split, levels: Mapping[str, str]) -> tuple[tuple[str, 
 
 
 def megatron_recompute(schedule: Schedule, split: Split) -> MegatronRecompute:
-    """The plan's recompute (meta.partition.recompute, and recompute_microbatches where it has them) as
+    """The plan's recompute (its record's levels, and recompute_microbatches where it has them) as
     Megatron-LM arguments, or the statement of what Megatron cannot express (see the module).
 
     Raises
@@ -166,11 +166,8 @@ def megatron_recompute(schedule: Schedule, split: Split) -> MegatronRecompute:
         range.
     """
     _levels(schedule, split)
-    try:  # the layers of chunks on which no microbatch recomputes are not recomputed at all
-        levels, partial = levels_for_every_microbatch(schedule.meta, schedule.name, schedule.placement.num_chunks,
-                                                      schedule.num_microbatches)
-    except ScheduleError as exc:
-        raise PartitionError(str(exc)) from None
+    # the layers of chunks on which no microbatch recomputes are not recomputed at all
+    levels, partial = schedule.plan.levels_for_every_microbatch(schedule.num_microbatches)
     if not levels:
         return MegatronRecompute()
     nearest, why, lost = _layer_setting(split, levels)

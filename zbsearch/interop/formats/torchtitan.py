@@ -32,7 +32,7 @@ from typing import Mapping
 
 from ...core.errors import PartitionError, ZbsearchError
 from ...core.ir import Schedule
-from .layer_split import Split
+from ...core.plan_record import Split
 from .trainers import TORCHTITAN_V, torchtitan_schedule_name
 
 VERSIONS = ("main", "0.2")

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
-from .layer_split import Split
+from ...core.plan_record import Split
 from .megatron_recompute import megatron_recompute
 
 # torchtitan's pipeline_parallel_schedule per stage layout: it decides which stages each rank builds.

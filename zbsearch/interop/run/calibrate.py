@@ -165,10 +165,10 @@ def calibrate(profile: Profile, *, backend: str = "gloo", device: str | None = N
 def _stage_comm(profile: Profile) -> tuple[float, ...]:
     """Each stage boundary's hop from the message table: the out_bytes of the last layer of each stage
     (the profiler's split), else details.boundary_bytes, else the profile's comm unchanged."""
-    names = (profile.details.get("partition") or {}).get("layers_per_stage")
+    names = profile.stage_split
     by_name = {layer.name: layer for layer in profile.layers or ()}
     sizes: list[float] | None = None
-    if isinstance(names, list) and len(names) == profile.num_stages and all(s and s[-1] in by_name for s in names):
+    if names is not None and len(names) == profile.num_stages and all(s and s[-1] in by_name for s in names):
         sizes = [by_name[s[-1]].out_bytes for s in names[:-1]]
     elif isinstance(profile.details.get("boundary_bytes"), list):
         sizes = [float(b) for b in profile.details["boundary_bytes"]]

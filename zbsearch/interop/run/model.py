@@ -7,7 +7,7 @@ and the schedule, into a `ModelPlan`: the layer names of every global chunk, the
 gradients are checked. Layers are matched by the names the profile lists, never by a naming pattern.
 
 The cut, first match wins:
-1. the schedule's `meta["partition"]["chunks"]`: one list of layer names per global chunk;
+1. the schedule's plan record's split (`plan.split.chunks`): one list of layer names per global chunk;
 2. the profile's `layers_per_stage`, when the schedule has one chunk per rank;
 3. on chunked placements (interleaved, V), the profile's layers, in order, cut into the schedule's chunk
    count by the profiler's exact linear-partition DP on the per-layer F + B + W.
@@ -29,7 +29,7 @@ from ...core.layers import Layer
 from ...core.partition import summed
 from ...core.profile import Profile
 from ...core.stage_cost import StageCost
-from ...core.recompute_choice import plan_levels, recompute_microbatches, with_recompute
+from ...core.recompute_choice import plan_levels, with_recompute
 from ...profiling.partition import linear_partition
 from ...profiling.request import GptShape
 
@@ -108,8 +108,8 @@ def _model(profile: Profile, seed: int) -> tuple[str, Any, str, list[str]]:
 
 
 def _profile_stages(profile: Profile) -> list[list[str]]:
-    stages = (profile.details.get("partition") or {}).get("layers_per_stage")
-    if not (isinstance(stages, list) and all(isinstance(s, list) for s in stages)):
+    stages = profile.stage_split
+    if stages is None:
         raise RunError(f"profile {profile.label} has no details.partition.layers_per_stage (layer names per "
                        "stage): profile the model again with this zbsearch")
     return [[str(n) for n in s] for s in stages]
@@ -120,26 +120,22 @@ def _layers(profile: Profile) -> dict[str, Layer]:
     return {layer.name: layer for layer in profile.layers or ()}
 
 
-def _meta_chunks(schedule: Schedule) -> list[list[str]] | None:
-    meta = schedule.meta.get("partition")
-    if meta is None:
+def _plan_chunks(schedule: Schedule) -> list[list[str]] | None:
+    split = schedule.plan.split
+    if split is None:
         return None
-    chunks = meta.get("chunks") if isinstance(meta, dict) else None
     n = schedule.placement.num_chunks
-    if not (isinstance(chunks, list) and all(isinstance(c, list) for c in chunks)):
-        raise RunError(f"schedule {schedule.name!r} meta.partition must be {{\"chunks\": [[layer names of chunk 0], "
-                       "...]}: give one list of layer names per chunk")
-    if len(chunks) != n:
-        raise RunError(f"schedule {schedule.name!r} meta.partition.chunks has {len(chunks)} chunks but the schedule "
+    if split.num_chunks != n:
+        raise RunError(f"schedule {schedule.name!r} plan.split.chunks has {split.num_chunks} chunks but the schedule "
                        f"has {n}: give one list of layer names per chunk")
-    return [[str(x) for x in c] for c in chunks]
+    return [list(c) for c in split.chunks]
 
 
 def cut_chunks(schedule: Schedule, profile: Profile) -> tuple[list[list[str]], str]:
     """The layer names of every global chunk, and where they come from (see the module docstring)."""
-    meta = _meta_chunks(schedule)
-    if meta is not None:
-        return meta, "the schedule's meta.partition.chunks"
+    planned = _plan_chunks(schedule)
+    if planned is not None:
+        return planned, "the schedule's plan.split.chunks"
     stages = _profile_stages(profile)
     p, n = schedule.num_ranks, schedule.placement.num_chunks
     if len(stages) != p:
@@ -192,7 +188,7 @@ def plan_profiled_model(schedule: Schedule, profile: Profile, check: bool | None
     """
     kind, spec, label, names = _model(profile, seed)
     chunks, cut = cut_chunks(schedule, profile)
-    where = f"schedule {schedule.name!r} meta.partition.chunks" if "meta" in cut else \
+    where = f"schedule {schedule.name!r} plan.split.chunks" if "plan" in cut else \
         f"profile {profile.label} details.partition"
     _check_chunks(chunks, names, where, label)
     dtype = profile.details.get("dtype") or profile.source.get("dtype") or "fp32"
@@ -209,8 +205,8 @@ def plan_profiled_model(schedule: Schedule, profile: Profile, check: bool | None
 
 def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: str,
                    spec: Any) -> tuple[dict[str, str], tuple[frozenset[int] | None, ...] | None]:
-    """The layers the schedule recomputes (meta.partition.recompute: layer name -> full or selective) and,
-    per chunk, the microbatches that recompute it (meta.partition.recompute_microbatches; absent, or None
+    """The layers the schedule recomputes (its plan record's levels: layer name -> full or selective) and,
+    per chunk, the microbatches that recompute it (the record's recompute_microbatches; absent, or None
     for a chunk: every microbatch).
 
     Raises
@@ -218,15 +214,12 @@ def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: st
     RunError
         A level other than full or selective, a layer no chunk holds, or selective on a layer without the
         built-in GPT's unfused attention core.
-    ScheduleError
-        Microbatch lists that are not one list of microbatch indices (or null) per chunk
-        (core/recompute_choice.recompute_microbatches).
     """
-    where = f"schedule {schedule.name!r} meta.partition"
+    where = f"schedule {schedule.name!r} plan"
     held = {x for chunk in chunks for x in chunk}
     try:
-        levels = plan_levels(schedule.meta, schedule.name, held, "no chunk of the run holds: name the layers of "
-                             "meta.partition.chunks")
+        levels = plan_levels(schedule.plan, schedule.name, held, "no chunk of the run holds: name the layers of "
+                             "plan.split.chunks")
     except ScheduleError as exc:
         raise RunError(str(exc)) from None
     attention = spec.get("attention", "naive") if kind == "gpt" else None
@@ -235,7 +228,11 @@ def plan_recompute(schedule: Schedule, chunks: Sequence[Sequence[str]], kind: st
         if level == "selective" and name not in blocks:
             raise RunError(f"{where}.recompute gives layer {name!r} level selective, but only the built-in GPT's "
                            "blocks with naive attention have an attention core the run can recompute alone: use full")
-    return dict(levels), recompute_microbatches(schedule.meta, schedule.name, len(chunks), schedule.num_microbatches)
+    chosen = schedule.plan.recompute_microbatches
+    if chosen is not None and len(chosen) != len(chunks):
+        raise RunError(f"{where}.recompute_microbatches lists {len(chosen)} chunks but the run has {len(chunks)}: give "
+                       "one entry per chunk")
+    return dict(levels), chosen
 
 
 def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | None) -> tuple[Profile, str]:
@@ -245,14 +242,14 @@ def predicted_profile(schedule: Schedule, profile: Profile, plan: ModelPlan | No
     per-chunk sums of its per-layer costs (stage 0 costed as torch runs it when the profile was: I empty,
     W the whole backward); else, without per-layer costs, each rank's stage split evenly over its chunks.
     The plan's recompute levels apply where it recomputes: each chunk also carries its cost without them,
-    which the simulator gives the microbatches the plan does not recompute (meta.partition.recompute_microbatches).
+    which the simulator gives the microbatches the plan does not recompute (its record's recompute_microbatches).
     """
-    stages = (profile.details.get("partition") or {}).get("layers_per_stage")
+    stages = profile.stage_split
     if plan is not None and plan.recompute and profile.layers is not None:
         # the plan's levels (as validate does); a profile that already carries them is left as it is
         profile = with_recompute(profile, dict(plan.recompute), restage=False)
     elif plan is None or (schedule.placement.num_chunks == schedule.num_ranks
-                          and [list(c) for c in plan.chunks] == stages):
+                          and tuple(map(tuple, plan.chunks)) == stages):
         return profile, "the profile's stages"
     costs = _layers(profile)
     if not all(x in costs for chunk in plan.chunks for x in chunk):

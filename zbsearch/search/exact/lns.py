@@ -31,7 +31,6 @@ from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.objective import Objective
-from ...core.recompute_choice import with_choice
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..problem import Pass, Problem, on_grid
@@ -324,7 +323,7 @@ def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: st
         return None
     chosen = choice.read_choice(grid, wm.flags, solver) if changed else grid.recompute_microbatches
     schedule = splice(grid, wm, starts, "zbsearch", fused)
-    return (schedule, None) if chosen is None else (with_choice(schedule, chosen), chosen)
+    return (schedule, None) if chosen is None else (schedule.with_choice(chosen), chosen)
 
 
 def _window_size(total: int, seconds: float) -> int:
@@ -357,7 +356,7 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
     the schedule's, when the caller has validated it already (a full validation is costly on large models).
     With `choose` the windows also choose which microbatches recompute (exact/choice.py): `problem` and
     `schedule` carry the choice to start from (Problem.recompute_microbatches, and the same in the
-    schedule's meta), and the schedule returned carries the one it runs."""
+    schedule's plan record), and the schedule returned carries the one it runs."""
     stats = LnsStats()
     best, best_tl = schedule, timeline
     if best_tl is None:

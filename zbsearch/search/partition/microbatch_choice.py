@@ -17,10 +17,10 @@ from dataclasses import replace
 from typing import Mapping
 
 from ...core.ir import Placement
-from ...core.partition import split_meta
-from ...core.recompute_choice import plan_partition, with_choice, with_recompute
+from ...core.recompute_choice import with_recompute
 from ...sim.validate import check
-from ..problem import Choice, Problem
+from ...core.plan_record import Choice
+from ..problem import Problem
 from ..solve.driver import SolveResult
 from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
 from ..solve.starts import Start
@@ -37,7 +37,7 @@ def choose_on_every_chunk(request: SplitRequest, result: SolveResult, deadline: 
     """`result` improved until `deadline` by CP-SAT windows choosing the order and which microbatches
     recompute, on every chunk (widened, then narrowed: see the module); `every_layer`: every layer's
     full level (recompute.all_full). Unchanged where nothing better was found."""
-    levels = dict(plan_partition(result.schedule.meta).get("recompute") or {})
+    levels = result.schedule.plan.levels
     names = _chunk_layers(result)
     idle = [c for c, cost in enumerate(result.problem.chunk_costs) if cost.without_recompute is None]
     wide = {**levels, **{n: every_layer[n] for c in idle for n in names[c] if n in every_layer}}
@@ -58,11 +58,8 @@ def _with_levels(request: SplitRequest, result: SolveResult, levels: dict[str, s
     placement = result.problem.placement
     search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
     problem = search.problem(placement, route_counts(result, placement))
-    problem = replace(problem, recompute_microbatches=_carried_choice(result.problem, problem))
-    meta = {**result.schedule.meta, "partition": split_meta(problem.profile)}
-    schedule = replace(result.schedule, meta=meta)
-    if problem.recompute_microbatches is not None:
-        schedule = with_choice(schedule, problem.recompute_microbatches)
+    problem = problem.with_choice(_carried_choice(result.problem, problem))
+    schedule = replace(result.schedule, plan=problem.plan)
     report = check(schedule, problem.profile, problem.limit)
     if not report.ok or report.timeline is None or not math.isclose(
             problem.objective.of(report.timeline), result.objective, rel_tol=1e-9):

@@ -23,7 +23,7 @@ from ...core.errors import InfeasibleError, PartitionError
 from ...core.ir import Placement
 from ...core.objective import Objective, Status
 from ...core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
-from ...core.partition import check_chunk_counts, partition_profile, route_length, split_meta
+from ...core.partition import check_chunk_counts, partition_profile, route_length
 from ...core.profile import Profile
 from ..budget import BUDGET
 from ...core.placement import parse_placement
@@ -338,7 +338,7 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
         status = Status.OPTIMAL if best.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     facts = PartitionDetails(rule, best.lower_bound, any_split, how, len(search.scored), split_facts(best, rule),
                              (origins or {}).get(id(best)))
-    schedule = replace(best.schedule, meta=dict(best.schedule.meta, partition=split_meta(best.problem.profile)))
+    schedule = replace(best.schedule, plan=best.problem.plan)
     return replace(best, schedule=schedule, lower_bound=lower, status=status, solve_seconds=time.monotonic() - t0,
                    details=replace(best.details, partition=facts))
 

@@ -108,8 +108,12 @@ def solve(
     status = Status.OPTIMAL if best.objective <= lb * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
     improved = best.schedule is not start.schedule
     meta = dict(best.schedule.meta, solver="zbsearch", start_heuristic=start.name, objective=problem.objective)
-    schedule = replace(best.schedule, name="zbsearch" if improved else start.name, meta=meta)
-    return SolveResult(problem, schedule, best.timeline, best.objective, min(lb, best.objective), status,
+    # The plan record is the problem's, with the choice the answer was timed with (exact/lns.py may choose).
+    plan = problem.plan.with_choice(best.schedule.plan.recompute_microbatches)
+    schedule = replace(best.schedule, name="zbsearch" if improved else start.name, meta=meta, plan=plan)
+    # The timeline names the schedule it times: summaries print that name, so it must be the answer's.
+    timeline = replace(best.timeline, schedule=schedule)
+    return SolveResult(problem, schedule, timeline, best.objective, min(lb, best.objective), status,
                        time.monotonic() - t0, start.name, start.objective, details)
 
 

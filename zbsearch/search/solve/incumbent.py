@@ -23,7 +23,7 @@ def with_backwards_split(schedule: Schedule, keep_whole: frozenset[int] = frozen
                 else:
                     out.append(a)
         ranks.append(out)
-    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
+    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, plan=schedule.plan, **schedule.meta)
 
 
 def with_backwards_fused(schedule: Schedule) -> Schedule:
@@ -40,7 +40,7 @@ def with_backwards_fused(schedule: Schedule) -> Schedule:
             else:
                 out.append(action)
         ranks.append(out)
-    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, **schedule.meta)
+    return build(schedule.name, schedule.placement, schedule.num_microbatches, ranks, plan=schedule.plan, **schedule.meta)
 
 
 def fuse_if_faster(problem: Problem, best: Start) -> tuple[Start, int | None]:

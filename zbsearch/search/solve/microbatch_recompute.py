@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Sequence
 
 from ...core.ir import Action, Kind, Schedule
-from ...core.recompute_choice import recompute_microbatches, with_choice
 from ...sim.simulate import memory_delta, memory_events, simulate
 from ...sim.validate import check, over_limit
 from ..exact import lns
@@ -85,7 +84,7 @@ def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tu
     choice = keep_where_it_fits(problem, start.schedule)
     if choice is None:
         return problem, start
-    schedule = with_choice(start.schedule, choice)
+    schedule = start.schedule.with_choice(choice)
     if validate:
         report = check(schedule, problem.profile, problem.limit)
         if not report.ok or report.timeline is None:  # float round-off at the cap: keep the start as it was
@@ -93,7 +92,7 @@ def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tu
         timeline = report.timeline
     else:
         timeline = simulate(schedule, problem.profile)
-    chosen = replace(problem, recompute_microbatches=choice)
+    chosen = problem.with_choice(choice)
     return chosen, Start(start.name, schedule, timeline, problem.objective.of(timeline))
 
 
@@ -110,9 +109,8 @@ def choose_by_windows(problem: Problem, start: Start, deadline: float, workers: 
     if found is None or not found[2] < start.objective * (1 - 1e-12):
         return problem, start
     schedule, timeline, objective, _ = found
-    chosen = recompute_microbatches(schedule.meta, schedule.name, len(problem.chunk_costs), problem.num_microbatches)
-    assert chosen is not None  # the windows choose on chunks that recompute: the schedule says what they chose
-    # The start's meta (its split, levels and solver facts) with the windows' choice.
-    schedule = with_choice(replace(schedule, name="zbsearch", meta=start.schedule.meta), chosen)
-    return recompute_fewer(replace(problem, recompute_microbatches=chosen),
-                           Start(start.name, schedule, timeline, objective))
+    # The windows' choice; where they improved the order without changing what recomputes, the problem's.
+    chosen = schedule.plan.recompute_microbatches or problem.recompute_microbatches
+    # The start's meta (solver facts) and plan record (its split and levels) with the windows' choice.
+    schedule = replace(schedule, name="zbsearch", meta=start.schedule.meta, plan=start.schedule.plan).with_choice(chosen)
+    return recompute_fewer(problem.with_choice(chosen), Start(start.name, schedule, timeline, objective))

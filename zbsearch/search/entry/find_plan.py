@@ -1,0 +1,63 @@
+"""`find_plan`: what `zbsearch solve` runs, as one library call.
+
+It takes the profile as loaded and a `PlanRequest` (the limit, objective and placements, the partition
+rule, the memory levers), and decides what the command line used to decide: a profile that lists its
+layers is costed from them (the split `balanced` unless the request names a rule), the memory
+accounting, sharding and fixed recompute levels are applied to the profile (core/planned_profile.py), and
+the request goes to the engine that serves it: `solve_placements` on the profile's own stages,
+`search_splits` for a split, `search_with_recompute` where recompute is searched too.
+
+Errors carry the request field they are about (`ZbsearchError.subject`), so a caller can name its own
+spelling of the field (the CLI's flag) without reading the message.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...core.errors import ZbsearchError, about
+from ...core.profile import Profile, check_stages
+from ..problem import Problem, make_problems
+from ..solve.driver import Progress, SolveResult, solve_placements
+from ..partition.recompute import search_with_recompute
+from ..partition.search import SplitRequest, search_splits
+from .request import SEARCHED_RECOMPUTE, PlanRequest, planned_profile
+
+def problems_for(profile: Profile, request: PlanRequest) -> list[Problem]:
+    """The problems of a request on the profile's own stages, one per placement tried."""
+    return make_problems(profile, request.mem_limit, request.objective, request.placement or "linear",
+                         request.auto_placements, request.headroom)
+
+
+def find_plan(profile: Profile, request: PlanRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
+              progress: Callable[[Progress], None] | None = None) -> SolveResult:
+    """The best plan found for `request` on `profile` within `time_limit` seconds, validated, with its
+    bound: what `zbsearch solve` prints and writes.
+
+    Raises
+    ------
+    ZbsearchError
+        A subclass naming the problem in one line, with `subject` the request field it is about (None:
+        the profile or no one field).
+    """
+    if request.mem_limit is None:
+        raise ZbsearchError("a plan needs a memory limit: e.g. 2p, 48GiB, auto (or none for no limit)",
+                            subject="mem_limit")
+    rule = request.partition_rule(profile)
+    if rule is not None and request.stages is not None:
+        with about("stages"):
+            check_stages(request.stages)
+    planned = planned_profile(profile, request)
+    if rule is None:
+        problems = problems_for(planned, request)
+        with about("mem_limit"):  # infeasible: the limit is below what the pipeline needs
+            return solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+    names = request.auto_placements if (request.placement or "auto").strip().lower() == "auto" else \
+        (request.placement,)
+    split = SplitRequest(planned, request.stages or planned.num_stages, tuple(names), request.mem_limit,
+                         request.objective, rule, request.headroom)
+    recompute = (request.recompute or "").strip()
+    if recompute in SEARCHED_RECOMPUTE:
+        return search_with_recompute(split, time_limit=time_limit, workers=workers, seed=seed, progress=progress,
+                                     per_microbatch=recompute == "auto")
+    return search_splits(split, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
