@@ -182,6 +182,7 @@ def load_cli_profile(
         if m is None:
             m = default_m if default_m is not None else 2 * p
         return _uniform(uniform, p, m, uniform_memory)
+    assert profile is not None  # neither given was refused above
     loaded = load_profile(profile)
     if p is not None and p != loaded.num_stages:
         raise ProfileError(
@@ -245,6 +246,7 @@ def problem_for_schedule(
         # A schedule solved on a split of the layers is costed on that split, not on the profile's own.
         with naming({"--profile": str(profile)}):
             problem = with_recompute(problem, split.get("recompute") or {}, restage=False)  # the plan's levels
+            assert problem.layers is not None  # with_recompute keeps the layers
             counts = counts_of(split["chunks"], problem.layers, schedule.placement)
             return partition_profile(problem, schedule.placement, counts)
     ranks = schedule.num_ranks

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.table import Table
 
 from ..core.errors import PartitionError, ProfileError
+from ..core.objective import Objective
 from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
 from ..search.partition.recompute import search_with_recompute
@@ -41,9 +42,10 @@ def load_layer_profile(path: Path | None, p: int | None, m: int | None) -> Profi
 def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, auto: tuple[str, ...],
                 mem_limit: str, objective: str,
                 headroom: float, time_limit: float, workers: int, seed: int,
-                progress: "callable[[Progress], None] | None", recompute: str = "none") -> SolveResult:
-    names = auto if (placement or "auto").strip().lower() == "auto" else (placement,)
-    request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, objective, rule, headroom)
+                progress: Callable[[Progress], None] | None, recompute: str = "none") -> SolveResult:
+    names = (placement,) if placement and placement.strip().lower() != "auto" else auto
+    request = SplitRequest(prof, p or prof.num_stages, tuple(names), mem_limit, Objective.parse(objective), rule,
+                           headroom)
     # Innermost first: an error about the counts is --partition's even when it quotes the placement.
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
