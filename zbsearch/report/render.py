@@ -22,7 +22,7 @@ from ..core.objective import Status
 from ..sim.simulate import Timeline
 
 if TYPE_CHECKING:
-    from ..search.solve.report import SolveReport
+    from ..search.solve.report import Progress, SolveReport
     from ..sim.summary import Summary
 
 IDLE = "."
@@ -270,7 +270,7 @@ def accounting(summary: Summary) -> str:
     return f"memory: activations under {MEMORY_WORDS.get(summary.memory_model, summary.memory_model)}{static}"
 
 
-def search_status(event: Any) -> str:
+def search_status(event: Progress) -> str:
     """One line on a running search (a search.solve.Progress event): phase, incumbent, bound and gap."""
     gap = 0.0 if event.incumbent <= 0 else max(0.0, (event.incumbent - event.bound) / event.incumbent)
     return (f"{event.phase}: incumbent {fmt_number(event.incumbent)}  bound {fmt_number(event.bound)}  "

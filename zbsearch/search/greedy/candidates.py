@@ -41,7 +41,7 @@ from ...sim.validate import over_limit, validate
 from ..problem import Problem
 from .chunked import CHUNKED_ENGINES, chunked_variants, run_chunked
 from .list_engine import ListEngine
-from .options import CannotFit, EngineResult, GreedyOptions
+from .options import CannotFit, EngineResult, GreedyOptions, Step
 from .rounds import RoundsEngine
 
 __all__ = ["Candidate", "GreedyOptions", "best", "candidates", "engine_schedule", "greedy", "greedy_variants",
@@ -233,7 +233,7 @@ def _greedy_pending(problem: Problem, extra: bool) -> list[_Pending]:
     if not _costs_apply(profile, placement):
         return []
     out: list[_Pending] = []
-    seen: dict[Any, _Pending] = {}
+    seen: dict[tuple[tuple[Step, ...], ...], _Pending] = {}
     for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches):
         try:
             res = run_engine(problem, opt)
