@@ -122,6 +122,7 @@ def baseline(
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)
+    assert report.timeline is not None  # (raise_if_invalid raised)
     summary = summarize(report.timeline, limit, valid=report.ok, memory_curve=memory_curve)
     reason = _reason(report, schedule.name)
     if reason:
@@ -157,6 +158,7 @@ def show(
     problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
     report = check(schedule, problem)
     report.raise_if_invalid(schedule.name)
+    assert report.timeline is not None  # a valid schedule is simulated
     summary = summarize(report.timeline)
     out = stdout_console()
     out.print(summary_table(summary))

@@ -152,6 +152,7 @@ def plot_command(
     prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
     report = check(schedule, prof)
     report.raise_if_invalid(schedule.name)
+    assert report.timeline is not None  # a valid schedule is simulated
     plot_gantt(report.timeline, output, title=title)
     typer.echo(f"wrote {output}")
 

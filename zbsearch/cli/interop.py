@@ -105,6 +105,7 @@ def export_command(
               f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
               f"{schedule.count()} actions)", soft_wrap=True, markup=False)
     if fmt == "torchtitan":
+        assert version is not None  # resolved above for torchtitan
         what = "Python config, apply_pipeline(config)" if version == "main" else "[parallelism] TOML table"
         out.print(f"wrote {paths[1]} (torchtitan {CHECKED[version]}, {why}: {what} with module_fqns_per_model_part "
                   f"for {schedule.placement.num_chunks} stages, the CSV's path, degree, stage layout and microbatches)",

@@ -184,7 +184,9 @@ def load_cli_profile(
         if m is None:
             m = default_m if default_m is not None else 2 * p
         return _uniform(uniform, p, m, uniform_memory)
-    loaded = loaded if loaded is not None else load_profile(profile)
+    if loaded is None:
+        assert profile is not None  # neither given was refused above
+        loaded = load_profile(profile)
     if p is not None and p != loaded.num_stages:
         raise ProfileError(
             f"-p {p} does not match profile {str(profile)!r}, which has {loaded.num_stages} stages: "

@@ -317,7 +317,7 @@ def profile(
         shape, preset = _shape(model, given, estimate)
         attention = attention or ("naive" if model == "gpt" else "sdpa")
         if estimate:
-            result = _estimate(model, shape, preset, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
+            result: Profile | None = _estimate(model, shape, preset, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
                                attention=attention, name=name)
         else:
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,

@@ -204,7 +204,7 @@ def step_table(result: RunResult) -> Table:
         table.add_column("profile ms", justify="right")
     for i, seconds in enumerate(result.step_seconds):
         cells = [str(result.warmup + i), f"{seconds * 1e3:.2f}"]
-        if _profile_seconds(result):
+        if _profile_seconds(result) and result.profile_step_seconds is not None:
             cells.append(f"{result.profile_step_seconds * 1e3:.2f}")
         table.add_row(*cells)
     return table

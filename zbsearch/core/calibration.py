@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ProfileError
 from .stage_cost import StageCost
+
+if TYPE_CHECKING:
+    from .layers import Layer
 
 MEMORY_MODELS = ("paper", "torch-runtime")
 CommTable = tuple[tuple[float, float], ...]
@@ -87,14 +90,15 @@ def running_cost(cost: "StageCost", overhead: float, memory_model: str) -> "Stag
     return cost
 
 
-def kept_after_w(layers: Sequence[Any], first: bool, loss: bool) -> float | None:
+def kept_after_w(layers: Sequence[Layer], first: bool, loss: bool) -> float | None:
     """What a chunk of these layers (core.layers.Layer) keeps under torch's runtime from W until the
     iteration ends: nothing on the first stage (its whole backward runs at once), the loss chunk's
     measured shares (mem_kept_loss_torch), else each layer's own (mem_kept_torch); None when not measured."""
     if first:
         return 0.0
     values = [layer.mem_kept_loss_torch if loss else layer.mem_kept_torch for layer in layers]
-    return None if any(v is None for v in values) else float(sum(values))
+    known = [v for v in values if v is not None]
+    return None if len(known) < len(values) else float(sum(known))
 
 
 def torch_chunk_memory(saved: Sequence[float], kept: Sequence[float | None], out_bytes: float,

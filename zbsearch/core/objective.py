@@ -13,8 +13,14 @@ from .errors import PreconditionError
 
 
 class _Timed(Protocol):
-    makespan: float
-    span: float
+    """Anything with a makespan and a span, read-only (a Timeline's are properties, a Summary's frozen
+    fields, a QuickCost's tuple fields)."""
+
+    @property
+    def makespan(self) -> float: ...
+
+    @property
+    def span(self) -> float: ...
 
 
 class _Word(str, Enum):

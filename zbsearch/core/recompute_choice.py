@@ -102,7 +102,7 @@ def parse_recompute(text: str, layers: Sequence[Any]) -> dict[str, str]:
         raise ProfileError(f"recompute {text!r} is not known: use none, auto, auto-layers, full, selective or fixed:NAME[=LEVEL],... "
                            "(layer names or first..last ranges, level full or selective)")
     names = [x.name for x in layers]
-    chosen: dict[str, str] = {}
+    chosen = {}
     for item in value[len("fixed:"):].split(","):
         span, _, level = item.strip().partition("=")
         level = level.strip() or "full"

@@ -75,6 +75,7 @@ class _Curve:
     @property
     def profile(self) -> Profile:
         if self._profile is None:
+            assert self.times is not None  # without a profile the times are given, or the defaults
             self._profile = profile_for(self.times, self.p, 1)
         return self._profile
 
@@ -94,7 +95,7 @@ class _Curve:
     def at(self, m: int) -> Estimate:
         if m not in self._cache:
             exact_from = self.closed_from()
-            if exact_from is not None and m >= exact_from:
+            if exact_from is not None and m >= exact_from and self.times is not None:  # (times: else no exact_from)
                 self._cache[m] = closed_form(self.schedule, self.p, m, self.times, self.v, self.objective)
             else:
                 self._cache[m] = simulated(self.schedule, self.profile, m, self.v, self.objective)

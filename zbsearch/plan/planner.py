@@ -219,6 +219,7 @@ def plan(profile: Profile, m: int, *, limit: MemoryLimit | None = None, target: 
             continue
         est = estimate(name, profile, m, v, objective)
         rows.append(PlanRow(est, _fits(est, limit_units), target_m))
+    # type: ignore: limit_units is None whenever limit is
     chosen, reason = recommend(rows, None if limit_units is None else limit.text)  # type: ignore[union-attr]
     return Plan(
         p=p, m=m, m_source=m_source, v=v, objective=objective, target=target, profile=profile.name,

@@ -88,6 +88,7 @@ def split_layers(costs: Sequence[LayerCost], split: StageSplit) -> list[int]:
         middle = [c.compute for c in costs[first:len(costs) - last]]
         extra_first = sum(c.compute for c in costs[:first])
         extra_last = sum(c.compute for c in costs[len(costs) - last:])
+        assert split.stages is not None  # check_split raised otherwise
         counts = linear_partition(middle, split.stages, extra_first, extra_last)
     counts[0] += first
     counts[-1] += last
@@ -237,9 +238,9 @@ def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSpli
               f"({spec.peak_tflops[dtype]} TFLOP/s dense {dtype} peak of the {spec.name} * MFU {mfu}); memory-bound "
               f"time = bytes / {spec.memory_bandwidth / 1e12:g} TB/s HBM bandwidth; attention {attention}; "
               f"{estimate_formulas(shape)}")
-    source = {"kind": "estimated", "method": method,
-              "citation": f"{PAPER}, Table 1 (FLOPs and activation memory) and its conventions",
-              "gpu": spec.name, "peak_source": spec.source, "mfu": mfu, "date": now_utc()}
+    source: dict[str, Any] = {"kind": "estimated", "method": method,
+                              "citation": f"{PAPER}, Table 1 (FLOPs and activation memory) and its conventions",
+                              "gpu": spec.name, "peak_source": spec.source, "mfu": mfu, "date": now_utc()}
     model: dict[str, Any] = {**shape.describe(), "attention": attention}
     changed = {k: v for k, v in asdict(shape).items() if preset and getattr(preset.shape, k) != v}
     if preset:
@@ -357,7 +358,8 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
         probed = measure_link(env, dev) if setup.link_gbps is None else None
         if not env.leader:
             return None
-    request = replace(request, dtype=request.dtype or default_dtype(dev)).check()
+    dtype = request.dtype or default_dtype(dev)
+    request = replace(request, dtype=dtype).check()
     if dev.type == "cpu" and request.threads is None:
         request = replace(request, threads=RUN_THREADS)  # the run's conditions, so profile and run agree
     if split.stages is not None:
@@ -389,4 +391,4 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     dev_tag = "cuda" if cuda else "cpu"
     provenance = Provenance(name=name or f"{loaded.label}-{request.dtype}-{dev_tag}", source=source, details=details,
                             link_origin=origin, capacity_bytes=info.get("capacity_bytes"))
-    return replace(build_profile(costs, split, setup, provenance, dtype=request.dtype), memory_model=memory_model)
+    return replace(build_profile(costs, split, setup, provenance, dtype=dtype), memory_model=memory_model)

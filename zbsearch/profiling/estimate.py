@@ -10,7 +10,7 @@ microseconds, memory in bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Mapping, Union
 
 from ..core.errors import ProfilerError
 from .costs import LayerCost, apply_layout, decoder_layout
@@ -88,7 +88,7 @@ def rates(gpu: str, dtype: str, mfu: float) -> Rates:
     return Rates(spec.peak_tflops[dtype] * 1e12 * mfu / 1e6, spec.memory_bandwidth / 1e6, DTYPE_BYTES[dtype])
 
 
-def _flops_cost(name: str, flops: dict[str, float], r: Rates, mem: tuple[float, float], params: int,
+def _flops_cost(name: str, flops: Mapping[str, float], r: Rates, mem: tuple[float, float], params: int,
                 out_bytes: int) -> LayerCost:
     F, B, W = (flops[k] / r.flops for k in ("F", "B", "W"))
     return LayerCost(name, F, B, W, B + W, mem[0], mem[1], params=params, out_bytes=out_bytes, extra={"flops": flops})

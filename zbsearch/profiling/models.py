@@ -27,6 +27,8 @@ LayerSpec = tuple[str, Callable[[], nn.Module]]  # (name, build the nn.Module)
 class Embedding(nn.Module):
     """Token plus learned position embedding: ids (b, s) -> activations (b, s, h)."""
 
+    positions: torch.Tensor  # a buffer
+
     def __init__(self, vocab: int, hidden: int, seq: int) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, hidden)
@@ -39,6 +41,8 @@ class Embedding(nn.Module):
 
 class Block(nn.Module):
     """Pre-LN decoder block: causal multi-head attention and a 4h GELU MLP, no dropout."""
+
+    causal: torch.Tensor  # a buffer
 
     def __init__(self, hidden: int, heads: int, seq: int, attention: str) -> None:
         super().__init__()
@@ -72,6 +76,8 @@ class Block(nn.Module):
 class Head(nn.Module):
     """Final LayerNorm, LM head and cross-entropy loss (in fp32) against fixed random targets."""
 
+    targets: torch.Tensor  # a buffer
+
     def __init__(self, vocab: int, hidden: int, targets: torch.Tensor) -> None:
         super().__init__()
         self.ln, self.out = nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False)
@@ -80,6 +86,11 @@ class Head(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.out(self.ln(x))
         return F.cross_entropy(logits.float().flatten(0, 1), self.targets.flatten())
+
+
+def _given(module: nn.Module) -> Callable[[], nn.Module]:
+    """A builder that returns `module` itself (a factory's layers are built already)."""
+    return lambda: module
 
 
 def _seeded(seed: int, make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
@@ -150,7 +161,7 @@ def load_factory(spec: str) -> tuple[list[LayerSpec], torch.Tensor]:
     layers, sample = check_factory_result(result, spec)
     keys = list(getattr(result[0], "_modules", None) or ())
     names = keys if isinstance(result[0], nn.Module) and len(keys) == len(layers) else list(map(str, range(len(layers))))
-    return [(name, (lambda m=m: m)) for name, m in zip(names, layers)], sample
+    return [(name, _given(m)) for name, m in zip(names, layers)], sample
 
 
 def check_factory_result(result: Any, spec: str = "factory") -> tuple[list[nn.Module], torch.Tensor]:

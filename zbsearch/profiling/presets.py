@@ -71,7 +71,7 @@ _PRESETS = (
 PRESETS: dict[str, Preset] = {preset.name: preset for preset in _PRESETS}
 
 MODELS = ("gpt", "llama", "moe")  # the built-in shapes, besides the presets
-_RECORDS: dict[str, type] = {"gpt": GptShape, "llama": LlamaShape, "moe": MoeShape}
+_RECORDS: dict[str, type[Shape]] = {"gpt": GptShape, "llama": LlamaShape, "moe": MoeShape}
 
 
 def is_builtin(model: str) -> bool:

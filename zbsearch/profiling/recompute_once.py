@@ -169,7 +169,8 @@ def recompute_core(block: nn.Module, name: str, switch: Switch, frames: Frames |
             return attend(*args)
         return once(attend, *args, name=f"{name} (attention core)", frames=frames)
 
-    block.core_wrapper = run
+    # setattr: `block` is any module with an attention core (models.Block's core_wrapper), not a type
+    setattr(block, "core_wrapper", run)
 
 
 def wrap(layer: nn.Module, name: str, level: str, switch: Switch, frames: Frames | None = None) -> nn.Module:

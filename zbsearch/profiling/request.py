@@ -32,7 +32,7 @@ E = TypeVar("E", bound=ZbsearchError)
 def bad_input(cls: type[E], message: str, *fields: str) -> E:
     """An error of class `cls` about the request fields `fields` (kept on the error as `.fields`)."""
     exc = cls(message)
-    exc.fields = fields  # type: ignore[attr-defined]
+    exc.fields = fields  # type: ignore[attr-defined]  # an extra attribute, read back with getattr
     return exc
 
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.errors import DependencyError, FileError
 from ..core.fileio import write_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 INSTALL_HINT = "pip install 'zbsearch[plot]' (matplotlib>=3.7)"
 FORMATS = ("png", "svg")
 _MAX_PIXELS = 16000  # PNG dpi is lowered so that no side exceeds this
 
 
-def require_matplotlib() -> Any:
+def require_matplotlib() -> type[Figure]:
     """The Figure class, or a one-line error saying how to install matplotlib."""
     try:
         import matplotlib
@@ -40,7 +43,7 @@ def figure_format(path: str | Path) -> str:
     return suffix
 
 
-def save(fig: Any, path: str | Path, dpi: float = 130) -> Path:
+def save(fig: Figure, path: str | Path, dpi: float = 130) -> Path:
     """Write a figure to `path` (PNG or SVG by its suffix) atomically; returns the path."""
     fmt = figure_format(path)
     width, height = fig.get_size_inches()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..core.errors import ZbsearchError
 from ..core.ir import Action, Kind
@@ -22,6 +22,10 @@ from ..sim.simulate import Timeline
 from .figure import figure_format, require_matplotlib, save, time_scale
 from .render import fmt_number
 from ..core.objective import Objective
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # (even local chunk, odd local chunk): a strong and a light shade of one hue per kind. The hues stay
 # apart for the common colour-vision deficiencies (blue / green / yellow / orange differ in lightness
@@ -91,7 +95,7 @@ def _box(x0: float, x1: float, y0: float, y1: float) -> Box:
     return [(x0, y0), (x0, y1), (x1, y1), (x1, y0)]
 
 
-def draw_gantt(ax: Any, timeline: Timeline, *, xmax: float | None = None, title: str | None = None,
+def draw_gantt(ax: Axes, timeline: Timeline, *, xmax: float | None = None, title: str | None = None,
                annotate: bool = True, divisor: float = 1.0, width_in: float | None = None) -> set[Kind]:
     """Draw one schedule's chart on `ax`; return the pass kinds it shows (for the legend).
 
@@ -118,7 +122,7 @@ def draw_gantt(ax: Any, timeline: Timeline, *, xmax: float | None = None, title:
     return seen
 
 
-def _draw_passes(ax: Any, timeline: Timeline, divisor: float, pts_per_time: float, font: float) -> set[Kind]:
+def _draw_passes(ax: Axes, timeline: Timeline, divisor: float, pts_per_time: float, font: float) -> set[Kind]:
     """The idle background of each rank, then one cell per pass (two halves for an F&B pair) with its
     microbatch number where the font fits; returns the kinds drawn."""
     from matplotlib.collections import PolyCollection
@@ -159,7 +163,7 @@ def _draw_passes(ax: Any, timeline: Timeline, divisor: float, pts_per_time: floa
     return seen
 
 
-def _style_axes(ax: Any, p: int, row_pts: float, title: str | None) -> None:
+def _style_axes(ax: Axes, p: int, row_pts: float, title: str | None) -> None:
     ax.set_yticks(range(p))
     ax.set_yticklabels([f"rank {r}" for r in range(p)], fontsize=min(8.5, max(5.0, row_pts * 0.7)))
     ax.tick_params(axis="y", length=0)
@@ -172,7 +176,7 @@ def _style_axes(ax: Any, p: int, row_pts: float, title: str | None) -> None:
         ax.set_title(title, loc="left", fontsize=9.5, pad=4)
 
 
-def _annotate_ranks(ax: Any, timeline: Timeline, divisor: float, row_pts: float) -> None:
+def _annotate_ranks(ax: Axes, timeline: Timeline, divisor: float, row_pts: float) -> None:
     """Each rank's idle time and peak memory (x its stage M_B), right of its row."""
     p = timeline.num_ranks
     twin = ax.twinx()
@@ -205,7 +209,7 @@ def _legend_columns(items: list[tuple[str, str, str]], width_in: float) -> int:
     return max(1, min(len(items), int(width_in // widest)))
 
 
-def _legend(fig: Any, items: list[tuple[str, str, str]], ncol: int, bottom_in: float, height_in: float) -> None:
+def _legend(fig: Figure, items: list[tuple[str, str, str]], ncol: int, bottom_in: float, height_in: float) -> None:
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=face, edgecolor=edge, label=label) for label, face, edge in items]
@@ -224,7 +228,7 @@ def default_title(timeline: Timeline, objective: Objective | str = Objective.MAK
 
 
 def gantt_grid_figure(charts: Sequence[tuple[str, Timeline]], *, annotate: bool = True,
-                      suptitle: str | None = None, footer: str | None = None) -> Any:
+                      suptitle: str | None = None, footer: str | None = None) -> Figure:
     """One figure with a chart per (title, timeline), stacked on one shared time axis; `footer` is a
     small line under the legend (e.g. the command that regenerates the figure)."""
     if not charts:
@@ -263,7 +267,7 @@ def gantt_grid_figure(charts: Sequence[tuple[str, Timeline]], *, annotate: bool 
     return fig
 
 
-def gantt_figure(timeline: Timeline, *, title: str | None = None, annotate: bool = True) -> Any:
+def gantt_figure(timeline: Timeline, *, title: str | None = None, annotate: bool = True) -> Figure:
     """A single schedule's chart (see draw_gantt), titled with its bubble rate and peak memory."""
     return gantt_grid_figure([(title if title is not None else default_title(timeline), timeline)],
                              annotate=annotate)

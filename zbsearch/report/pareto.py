@@ -6,9 +6,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .figure import figure_format, require_matplotlib, save
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def _finite_limit(q: ParetoPoint) -> float | None:
 
 
 def pareto_figure(points: Sequence[ParetoPoint], *, title: str, objective: str, p: int,
-                  footer: str | None = None) -> Any:
+                  footer: str | None = None) -> Figure:
     """Bubble rate against peak activation memory: zbsearch's frontier (per series, the best bubble
     rate its solves found at or below each memory, with each solve's schedule at its actual peak and
     the proven bound dotted at its limit where it is below) under every handcrafted and torch
@@ -101,7 +106,7 @@ def pareto_figure(points: Sequence[ParetoPoint], *, title: str, objective: str, 
     return fig
 
 
-def _draw_series(ax: Any, mine: list[ParetoPoint], name: str, style: tuple[str, str], xmax: float) -> None:
+def _draw_series(ax: Axes, mine: list[ParetoPoint], name: str, style: tuple[str, str], xmax: float) -> None:
     """One series' frontier, its schedules at their actual peaks, and its bounds at their limits."""
     color, line = style
     front_x, front_y = frontier(mine)
@@ -119,6 +124,7 @@ def _draw_series(ax: Any, mine: list[ParetoPoint], name: str, style: tuple[str, 
                 linewidth=1.2, zorder=3, label=f"{name}: proven lower bound at that limit{where}")
 
 
+# ax: Any, not Axes: its secondary_xaxis types the unit conversions over ArrayLike, which plain lambdas fail
 def _style_axes(ax: Any, points: Sequence[ParetoPoint], xmax: float, objective: str, p: int) -> None:
     ax.set_xlim(0, xmax)
     ys = [q.bubble for q in points]
@@ -134,7 +140,7 @@ def _style_axes(ax: Any, points: Sequence[ParetoPoint], xmax: float, objective: 
     ax.tick_params(labelsize=8)
 
 
-def _percent() -> Any:
+def _percent() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda y, _pos: f"{100 * y:.0f}%" if abs(y) >= 0.1 or y == 0 else f"{100 * y:.1f}%")

@@ -22,7 +22,7 @@ from ..core.objective import Status
 from ..sim.simulate import Timeline
 
 if TYPE_CHECKING:
-    from ..search.solve.report import SolveReport
+    from ..search.solve.report import Progress, SolveReport
     from ..sim.summary import Summary
 
 IDLE = "."
@@ -125,7 +125,7 @@ def gantt_cells(timeline: Timeline, cells: int) -> list[list[tuple[str, str]]]:
             next_cell = row[after] if after < cells else None
             label = fitted_label(action, odd, len(free), next_cell[0] if next_cell is not None else "")
             for c, ch in zip(free, label):
-                row[c] = (ch, row[c][1])  # type: ignore[index]
+                row[c] = (ch, row[c][1])  # type: ignore[index]  # every cell in `free` was filled above
         rows.append([cell if cell is not None else (IDLE, "dim") for cell in row])
     return rows
 
@@ -178,6 +178,7 @@ def gantt(timeline: Timeline, width: int = 80) -> Group:
 
 def gantt_text(timeline: Timeline, width: int = 80) -> str:
     """The chart as plain text (no colour), one line per row."""
+    # type: ignore: gantt's Group holds Text lines only (rich types its renderables as any renderable)
     return "\n".join(line.plain for line in gantt(timeline, width).renderables)  # type: ignore[union-attr]
 
 
@@ -269,7 +270,7 @@ def accounting(summary: Summary) -> str:
     return f"memory: activations under {MEMORY_WORDS.get(summary.memory_model, summary.memory_model)}{static}"
 
 
-def search_status(event: Any) -> str:
+def search_status(event: Progress) -> str:
     """One line on a running search (a search.solve.Progress event): phase, incumbent, bound and gap."""
     gap = 0.0 if event.incumbent <= 0 else max(0.0, (event.incumbent - event.bound) / event.incumbent)
     return (f"{event.phase}: incumbent {fmt_number(event.incumbent)}  bound {fmt_number(event.bound)}  "

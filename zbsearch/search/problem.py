@@ -161,14 +161,14 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: Objective |
     if need:
         raise PreconditionError(f"placement {placement.strip()!r} needs {need}; got p={p}, m={m}")
     limit = parse_mem_limit(mem_limit, profile, chosen, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
-    return Problem(profile, chosen, m, limit, objective)
+    return Problem(profile, chosen, m, limit, Objective.parse(objective))
 
 
 def make_problems(profile: Profile, mem_limit: str | None, objective: Objective | str, placement: str,
                   auto: tuple[str, ...] = AUTO_PLACEMENTS, headroom: float | None = None) -> list[Problem]:
     """One problem per placement to try: `auto` tries each of `auto` that applies to the profile's p and
     m (see placement_problem), anything else just itself."""
-    names = auto if placement.strip().lower() == "auto" else (placement,)
+    names: Sequence[str] = auto if placement.strip().lower() == "auto" else (placement,)
     if names is auto:  # none applying: keep them all, so that the first says what it needs
         names = [n for n in auto if placement_problem(n, profile.num_stages, profile.microbatches) is None] or auto
     return [make_problem(profile, mem_limit, objective, name, headroom) for name in names]

@@ -96,7 +96,7 @@ def agreement(rows: Sequence[Row], variant: str) -> tuple[dict[str, str], dict[s
                 continue
             threshold = max(a.spread, b.spread)
             dp = a.entry.predicted[variant] - b.entry.predicted[variant]
-            dm = a.measured - b.measured  # type: ignore[operator]
+            dm = a.measured - b.measured  # type: ignore[operator]  # both measured: `measured` keeps only those
             if abs(dp) <= threshold:
                 verdict = "predicted tie"
             elif abs(dm) <= threshold:

@@ -37,19 +37,20 @@ def solved_against_best(study: Study, rows: Sequence[Row]) -> list[str]:
             continue
         variant, limit = row.entry.solved_for
         cap = study.limits_bytes[limit]
-        fixed = [r for r in rows if r.entry.source != "zbsearch" and r.measured is not None
+        fixed = [(t, r) for r in rows if r.entry.source != "zbsearch" and (t := r.measured) is not None
                  and _fits_measured(r, cap) is not False]
-        best = min(fixed, key=lambda r: r.measured, default=None)  # type: ignore[arg-type, return-value]
+        found = min(fixed, key=lambda tr: tr[0], default=None)
         own = _fits_measured(row, cap)
         held = "" if own is not False else " (its measured memory exceeds the limit)"
-        if best is None:
+        if found is None:
             out.append(f"{row.label}: {_ms(row.measured)} ms{held}; no fixed schedule fits {limit} as measured")
             continue
-        verdict = ("at or below" if row.measured <= best.measured else
-                   "within the run-to-run spread of" if row.measured <= best.measured + max(row.spread, best.spread)
+        best_measured, best = found
+        verdict = ("at or below" if row.measured <= best_measured else
+                   "within the run-to-run spread of" if row.measured <= best_measured + max(row.spread, best.spread)
                    else "above")
         out.append(f"{row.label}: {_ms(row.measured)} ms{held}, {verdict} the best fixed schedule that fits {limit} "
-                   f"as measured, {best.label} at {_ms(best.measured)} ms (spreads {_ms(row.spread)} / "
+                   f"as measured, {best.label} at {_ms(best_measured)} ms (spreads {_ms(row.spread)} / "
                    f"{_ms(best.spread)} ms)")
     return out
 

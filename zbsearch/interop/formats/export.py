@@ -216,7 +216,7 @@ def _pass_events(timeline: Timeline, scale: float) -> list[dict[str, Any]]:
 def _memory_events(timeline: Timeline, scale: float) -> list[dict[str, Any]]:
     """Per rank, the activation level from 0 at time 0 through every change the simulator recorded
     (several at one instant are all kept; viewers show the last)."""
-    events = []
+    events: list[dict[str, Any]] = []
     for r, curve in enumerate(timeline.memory):
         name = f"memory rank {r}"
         points = [(0.0, 0.0)] + [(t, level) for t, level, _ in curve]

@@ -109,7 +109,7 @@ def torchtitan_parts(split: Split, version: str) -> list[list[str]]:
         if len(stages) > 1:
             raise PartitionError(f"module {module!r} is listed in stages {stages[0]} and {stages[1]}: torchtitan builds "
                                  "each module in one stage; give every module to exactly one stage")
-    blocks = [int(_LAYER.fullmatch(m).group(1)) for m in where if _LAYER.fullmatch(m)]  # type: ignore[union-attr]
+    blocks = [int(found.group(1)) for m in where if (found := _LAYER.fullmatch(m))]
     expected = ["tok_embeddings", *(f"layers.{i}" for i in range(max(blocks, default=-1) + 1)), "norm", head]
     missing = [m for m in expected if m not in where]
     if missing:

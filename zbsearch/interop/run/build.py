@@ -7,10 +7,13 @@ torch is imported only when a function runs.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .model import ModelPlan
 from ...profiling.request import GptShape
+
+if TYPE_CHECKING:
+    from ...profiling.recompute_once import Frames, Switch
 
 
 def _dtype(torch: Any, name: str) -> Any:
@@ -62,7 +65,7 @@ def build_profiled(plan: ModelPlan, m: int, seed: int, device: Any,
     return chunks, x, torch.zeros(m, device=device), loss_of_output
 
 
-def recompute_layers(plan: ModelPlan, chunks: list[Any], mine: Sequence[int]) -> tuple[dict[int, Any], Any]:
+def recompute_layers(plan: ModelPlan, chunks: list[Any], mine: Sequence[int]) -> tuple[dict[int, Switch], Frames]:
     """Wrap the layers the plan recomputes in this rank's chunks (`mine`) in place, each at its level
     (profiling/recompute_once.py). Returns one switch per chunk that has recomputed layers, for the caller
     to set before each forward, and the frames, which hold what they keep (for the memory probe)."""
@@ -70,7 +73,7 @@ def recompute_layers(plan: ModelPlan, chunks: list[Any], mine: Sequence[int]) ->
     from ...profiling.recompute_once import Frames, Switch, wrap
 
     levels, frames = dict(plan.recompute), Frames()
-    switches: dict[int, Any] = {}
+    switches: dict[int, Switch] = {}
     for c in mine:
         for i, name in enumerate(plan.chunks[c]):
             if name in levels:

@@ -47,7 +47,7 @@ from ..formats.export import export, torch_compatible
 from .model import plan_profiled_model, predicted_profile
 from .result import KINDS, RunResult, collect, measured_profile  # noqa: F401 (the run API)
 from .small_models import MODELS, require_torch
-from .worker import Job, torchrun_worker, worker
+from .worker import CsvFormat, Job, torchrun_worker, worker
 
 BACKENDS = ("gloo", "nccl")
 DEVICES = {"gloo": "cpu", "nccl": "cuda"}  # the device each backend runs on
@@ -174,11 +174,12 @@ def run(schedule: Schedule, nproc: int | None = None, backend: str = "gloo", mod
     device, model = _check_request(schedule, nproc, backend, device, model, steps, warmup, timeout_s, profile,
                                    pingpong_sizes, env)
     plan = plan_profiled_model(schedule, profile, check, seed) if model == "profile" and profile else None
-    if plan is not None and plan.recompute:
+    if plan is not None and plan.recompute and profile is not None:  # (a plan has a profile)
         predicted_profile(schedule, profile, plan)  # a plan its profile cannot cost fails before any process starts
     validate(schedule, profile)
     torch_compatible(schedule)
     with tempfile.TemporaryDirectory(prefix="zbsearch-run-") as tmp:
+        csv_format: CsvFormat
         fmt, csv_format = ("torch-csv-comms", "compute_comms") if comms else ("torch-csv", "compute_only")
         csv_path = export(schedule, fmt, Path(tmp, "schedule.csv"))
         job = Job(schedule, str(csv_path), tmp, 0 if env else _free_port(), backend, model, steps, seed,

@@ -40,7 +40,8 @@ def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
 def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
     """One transformer block, with the embeddings in front on the first chunk and the head behind on
     the last."""
-    nn, F = torch.nn, torch.nn.functional
+    from torch import nn
+    from torch.nn import functional as F
     V, D, H, T = GPT["vocab"], GPT["width"], GPT["heads"], GPT["seq"]
 
     class Block(nn.Module):

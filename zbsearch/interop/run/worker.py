@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ...core.ir import Schedule
 from ...profiling.distributed import Torchrun, host, pingpong
@@ -27,10 +27,16 @@ from .model import ModelPlan
 from .probe import MemoryProbe
 from .small_models import build_chunks, loss_function, make_batch, require_torch
 
+if TYPE_CHECKING:
+    from ...profiling.recompute_once import Frames
+
 # float64 model: the pipeline and the reference differ only by summation order.
 RTOL, ATOL = 1e-7, 1e-10
 
 Event = tuple[str, int, float, float]  # torch's kind letter, stage, start, end (perf_counter seconds)
+# An event as recorded: on a GPU its start and end are CUDA events until the step ends (then an Event).
+RawEvent = tuple[str, int, Any, Any]
+CsvFormat = Literal["compute_only", "compute_comms"]  # torch's _load_csv formats
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class Job:
     seed: int
     microbatch_size: int
     timeout_s: float
-    csv_format: str = "compute_only"
+    csv_format: CsvFormat = "compute_only"
     warmup: int = 0  # untimed steps before the `steps` timed ones
     device: str = "cpu"  # cpu, or cuda (one GPU per rank: cuda:<rank>)
     plan: ModelPlan | None = None  # the profiled model; None: the built-in `model`
@@ -176,6 +182,7 @@ class _RankRun:
                 torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
 
         # after the reference was copied, so that it runs the layers as they are
+        self.frames: Frames | None
         switches, self.frames = recompute_layers(job.plan, self.chunks, self.mine) if job.plan else ({}, None)
         self.stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
         _recompute_per_microbatch(self.stages, switches, job.plan)
@@ -183,7 +190,7 @@ class _RankRun:
         self.runtime._load_csv(job.csv_path, format=job.csv_format)
         self.sync = device.type == "cuda"
         self.device = device
-        self.events: list[Event] = []
+        self.events: list[RawEvent] = []
         self.probe: Any = None  # a probe.MemoryProbe during the memory step
         self.memory_peak: float | None = None
         _instrument(torch, self.stages, self._record, self.sync)
@@ -250,6 +257,7 @@ class _RankRun:
             self.loss = float(self.torch.stack(losses).detach().double().mean())
         if not self.check:
             return
+        assert self.reference is not None and self.reference_loss is not None  # computed when checking
         rel, abs_tol = (RTOL, ATOL) if self.tolerance is None else (self.tolerance, 0.0)
         if self.has_last and not math.isclose(self.loss, self.reference_loss, rel_tol=rel, abs_tol=abs_tol):
             self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference {self.reference_loss!r}")

@@ -143,9 +143,10 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
         disjoint = sum(f.alloc * f.count for f in mine.values()) > cap
         alone = _alone(problem, first_mb, mine, cap) if chains or len(mine) == 1 else None
         alones.append(alone)
-        one_chunk = alone is not None and len(alone.steps) <= 3
+        one_chunk = alone if alone is not None and len(alone.steps) <= 3 else None
+        alone_span = (least_span(one_chunk) or 0.0) if one_chunk is not None else 0.0
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
-                             max(0.0, trip_idle), trip_disjoint, (least_span(alone) or 0.0) if one_chunk else 0.0))
+                             max(0.0, trip_idle), trip_disjoint, alone_span))
     if not chains:
         return out
     out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective,

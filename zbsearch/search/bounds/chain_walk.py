@@ -65,10 +65,11 @@ def _reduce(chain: RankChain) -> _Walk:
     groups = _twins(steps, [k for k in range(len(steps)) if k not in tails], pool_of, binds)
     group = {k: g for g, members in enumerate(groups) for k in members}
     lead = [steps[members[0]] for members in groups]
-    after = [() if s.after is None else (group[s.after],) for s in lead]
-    after += [tuple(sorted({group[steps[k].after] for k in ks})) for ks in pools.values()]
+    after: list[tuple[int, ...]] = [() if s.after is None else (group[s.after],) for s in lead]
+    # (a pool's steps are tails, each after some step)
+    after += [tuple(sorted({group[a] for k in ks if (a := steps[k].after) is not None})) for ks in pools.values()]
     # A lagged step waits on the last member of the group before it (a twin pair's second).
-    succ = {group[s.after]: group[k] for k, s in enumerate(steps) if k in group and binds(s)}
+    succ = {group[s.after]: group[k] for k, s in enumerate(steps) if k in group and binds(s) and s.after is not None}
     lag = [s.lag if binds(s) else None for s in lead] + [None] * len(pools)
     alloc = np.array([s.alloc for s in lead] + [c[1] for c in pools])
     free = np.array([s.free for s in lead] + [c[2] for c in pools])

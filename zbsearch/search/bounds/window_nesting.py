@@ -86,17 +86,17 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
-    rooms = {q: room for q, chain in enumerate(chains)
-             if chain is not None and (room := chain.room_in_trips()) < math.inf}
-    if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(chains[deepest].steps) <= 3):
-        chain = chains[deepest]
+    walkable = {q: chain for q, chain in enumerate(chains) if chain is not None}
+    rooms = {q: room for q, chain in walkable.items() if (room := chain.room_in_trips()) < math.inf}
+    if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(walkable[deepest].steps) <= 3):
+        chain = walkable[deepest]
         states = BUDGET.deepest_walk_states if len(chain.steps) > 3 else BUDGET.deepest_one_chunk_states
         found = least_to_last_backward(chain, states, deadline)
         out[deepest] = max(out[deepest], found or 0.0)
     for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
             continue
-        found = least_to_last_backward(chains[q], BUDGET.nesting_walk_states)
+        found = least_to_last_backward(walkable[q], BUDGET.nesting_walk_states)
         if found is None:
             break  # out of budget (or nothing fits): the ranks with more room would be too
         out[q] = max(out[q], found)

@@ -350,6 +350,7 @@ def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[
         lasts.append(max(starts[a] + dur[a] for a in mine))
         model.add_hint(v.rank_first[r], firsts[r])
         model.add_hint(v.rank_last[r], lasts[r])
+    assert v.objective is not None, "add_objective makes the objective before the hints"
     if grid.objective is Objective.MAKESPAN:
         model.add_hint(v.objective, max(lasts))
     else:

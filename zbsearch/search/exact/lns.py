@@ -111,7 +111,7 @@ def _ranges(window: Window, slots: tuple, dur: dict[Action, int]
             ) -> tuple[dict[Action, int], dict[Action, int], list[list[Action]], frozenset[Action]]:
     """Fixed starts of the passes before the window, incumbent starts of those inside (the hint), each
     rank's passes after it, and the Bs the incumbent runs fused with their W."""
-    fixed, hint, after, fused = {}, {}, [], set()
+    fixed, hint, after, fused = dict[Action, int](), dict[Action, int](), list[list[Action]](), set[Action]()
     for r, rank_slots in enumerate(slots):
         b, n = window.before[r], window.inside[r]
         fixed.update(p for s in rank_slots[:b] for p in _split(s.action, s.start, dur))
@@ -212,7 +212,7 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
                 if opened is None or (src not in v.start and until is not None and until in fixed):
                     continue  # never opened before the window ends, or closed before it starts
                 if src not in v.start and (until is None or until not in v.start):
-                    held += demand  # opened before the window, closed after it
+                    held += demand  # type: ignore[assignment]  # int or, with a flag, an expression; opened before the window, closed after it
                     continue
                 end = closed if closed is not None and until in v.start else v.horizon
                 size = model.new_int_var(0, v.horizon, f"held_{f}_{block}")
@@ -253,7 +253,7 @@ def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objecti
     for a, s in hint.items():
         model.add_hint(v.start[a], s)
         if a.kind is not Kind.F and (a.chunk, a.microbatch) in flags:
-            model.add_hint(v.end[a], s + dur[a])
+            model.add_hint(v.end[a], s + dur[a])  # type: ignore[call-overload]  # a chosen pass's end is an IntVar
     choice.hint_flags(model, grid, flags)
     for b, var in v.fused.items():
         model.add_hint(var, b in fused)

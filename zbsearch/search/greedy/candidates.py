@@ -25,9 +25,10 @@ zbsearch.sim.validate, and `best` returns the best by the objective.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from ... import schedules
 from ...core.errors import InfeasibleError, PreconditionError, ScheduleError
@@ -40,7 +41,7 @@ from ...sim.validate import over_limit, validate
 from ..problem import Problem
 from .chunked import CHUNKED_ENGINES, chunked_variants, run_chunked
 from .list_engine import ListEngine
-from .options import CannotFit, EngineResult, GreedyOptions
+from .options import CannotFit, EngineResult, GreedyOptions, Step
 from .rounds import RoundsEngine
 
 __all__ = ["Candidate", "GreedyOptions", "best", "candidates", "engine_schedule", "greedy", "greedy_variants",
@@ -138,7 +139,7 @@ def handcrafted(p: int, m: int, placement_names: set[str] | None = None) -> Iter
     for name, gen in schedules.REGISTRY.items():
         if placement_names is not None and gen.placement not in placement_names:
             continue
-        chunk_options: list[int | None] = [None]
+        chunk_options: Sequence[int | None] = [None]
         if gen.takes_chunks:
             chunk_options = sorted({c for c in (gen.default_chunks, 2, 3, 4) if c})
         for v in chunk_options:
@@ -202,6 +203,10 @@ def _peak_units(profile: Profile, peaks: Iterable[float]) -> float:
     return max(x / profile.stage_mem_B(r) for r, x in enumerate(peaks))
 
 
+def _returning(sched: Schedule) -> Callable[[], Schedule]:
+    return lambda: sched
+
+
 def _handcrafted_pending(problem: Problem, same_placement: bool) -> list[_Pending]:
     """The handcrafted schedules that fit, ranked by `quick_cost`; on the problem's placement only when
     `same_placement`."""
@@ -216,7 +221,7 @@ def _handcrafted_pending(problem: Problem, same_placement: bool) -> list[_Pendin
         quick = quick_cost(sched, profile, problem.limit)
         if quick is None:
             continue       # deadlocks or over the limit: validation would reject it
-        out.append(_Pending(name, (problem.objective.of(quick), quick.peak), lambda s=sched: s))
+        out.append(_Pending(name, (problem.objective.of(quick), quick.peak), _returning(sched)))
     return out
 
 
@@ -228,7 +233,7 @@ def _greedy_pending(problem: Problem, extra: bool) -> list[_Pending]:
     if not _costs_apply(profile, placement):
         return []
     out: list[_Pending] = []
-    seen: dict[Any, _Pending] = {}
+    seen: dict[tuple[tuple[Step, ...], ...], _Pending] = {}
     for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches):
         try:
             res = run_engine(problem, opt)
@@ -240,7 +245,7 @@ def _greedy_pending(problem: Problem, extra: bool) -> list[_Pending]:
             seen[ident].aliases.append(name)
             continue
         key = (res.cost(problem.objective), _peak_units(profile, res.peak))
-        seen[ident] = c = _Pending(name, key, lambda res=res, opt=opt: engine_schedule(res, problem, opt))
+        seen[ident] = c = _Pending(name, key, functools.partial(engine_schedule, res, problem, opt))
         out.append(c)
     return out
 

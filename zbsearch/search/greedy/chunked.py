@@ -227,7 +227,9 @@ class ChunkedEngine(RouteArrivals):
             k = self.pending_w[r].popleft()
             ready = 0.0
         else:
-            ready = self.f_arrival(k) if kind is Kind.F else self.b_arrival(k)
+            arrival = self.f_arrival(k) if kind is Kind.F else self.b_arrival(k)
+            assert arrival is not None, "a pass runs once its input has arrived"
+            ready = arrival
             if self.steady[r]:
                 self.want[r] = Kind.F if kind is Kind.B else Kind.B
             elif kind is Kind.B:

@@ -81,7 +81,10 @@ class ListEngine:
         counts = [0] * len(placement.routes)
         for i in range(m):
             counts[placement.route_index(i, m)] += 1
-        self.chunk_of, self.route_of, self.pos, self.first_mb = [], [], [], []
+        self.chunk_of: list[int] = []
+        self.route_of: list[int] = []
+        self.pos: list[int] = []
+        self.first_mb: list[int] = []
         self.prev: list[int | None] = []
         self.next: list[int | None] = []
         for ri, route in enumerate(placement.routes):
@@ -237,7 +240,9 @@ class ListEngine:
             k = self.pending_w[r].popleft()
             ready = 0.0
         else:
-            ready = self.f_arrival(k) if kind is Kind.F else self.b_arrival(k)
+            arrival = self.f_arrival(k) if kind is Kind.F else self.b_arrival(k)
+            assert arrival is not None, "a pass runs once its input has arrived"
+            ready = arrival
         _, end = self.clocks[r].run(ready, self.chunks[k].duration(kind))
         i = self._record(r, k, kind, end)
         self.order[r].append(Step(self.chunk_of[k], kind, i))
@@ -246,7 +251,9 @@ class ListEngine:
     def run_pair(self, r: int, f: int, b: int, now: float) -> None:
         """Run slot f's next F and slot b's next B as one overlapped pair (both inputs are there)."""
         cost_f, cost_b = self.chunks[f].cost, self.chunks[b].cost
-        ready = max(self.f_arrival(f), self.b_arrival(b))  # type: ignore[type-var]  # both known: they are ready
+        f_at, b_at = self.f_arrival(f), self.b_arrival(b)
+        assert f_at is not None and b_at is not None, "a pair runs once both inputs are there"
+        ready = max(f_at, b_at)
         _, end = self.clocks[r].run(ready, overlap_time(((cost_f, Kind.F), (cost_b, Kind.B))))
         i_f = self._record(r, f, Kind.F, end)      # the F first: its memory is held from the pair's start,
         i_b = self._record(r, b, Kind.B, end)      # while the B frees its part only at the pair's end

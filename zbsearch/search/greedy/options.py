@@ -92,7 +92,7 @@ class GreedyOptions:
 
     @property
     def label(self) -> str:
-        parts = [self.engine]
+        parts: list[str] = [self.engine]
         if self.ranks is not None:
             return f"{self.engine},per-rank" + (",f&b-pairs" if self.pairs else "") + (",admit-by-route" if self.by_route else "")
         if self.engine == "rounds":

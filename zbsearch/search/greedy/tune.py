@@ -21,7 +21,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Iterator, Literal
 
 from ...core.ir import Placement
 from ...core.objective import Objective
@@ -29,7 +29,7 @@ from ..problem import Problem
 from .list_engine import ListEngine
 from .options import CannotFit, EngineResult, GreedyOptions, RankPolicy
 
-W_MODES = ("fill", "fit", "eager")
+W_MODES: tuple[Literal["fill", "fit", "eager"], ...] = ("fill", "fit", "eager")
 CAP_STEPS = (-2, -1, 1, 2)
 Key = tuple[float, float]  # (objective, tie-break): see _Search.cost
 # Perturbation rounds without a new best before the search stops early.

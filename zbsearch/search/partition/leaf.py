@@ -122,7 +122,7 @@ def _rank_keys(placement: Placement, counts: Sequence[int]) -> list[RankKey]:
     position = {c: k for k, c in enumerate(placement.routes[0])}
 
     def ranges(r: int) -> tuple[tuple[int, int], ...]:
-        ordered = sorted(placement.chunks_on(r), key=position.get)
+        ordered = sorted(placement.chunks_on(r), key=position.__getitem__)
         return tuple((edges[position[c]], edges[position[c] + 1]) for c in ordered)
 
     return [(placement.name, placement.num_chunks, r, ranges(r)) for r in range(placement.num_ranks)]

@@ -187,7 +187,7 @@ def chunks_bound(s: LayerSums, data: SplitBoundInput, r: int, ranges: Sequence[t
     return max(head + span, chain)
 
 
-def _round_trip_idle(s: LayerSums, data: SplitBoundInput, ranges: list[tuple[int, int]], crossings: int,
+def _round_trip_idle(s: LayerSums, data: SplitBoundInput, ranges: Sequence[tuple[int, int]], crossings: int,
                      room: float) -> float:
     """Idle the rank's first chunk on the route forces: until that chunk's first B nothing of it is
     freed, so at most room / its mem_B microbatches have started there, and each brings the rank only

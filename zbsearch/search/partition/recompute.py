@@ -239,6 +239,7 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     found = [(levels, start) for levels, start in zip(({}, every_layer), starts)
              if isinstance(start, SolveResult)]
     if not found:
+        assert isinstance(starts[1], InfeasibleError)  # neither start is a plan
         raise starts[1]
     firsts = [_evaluate(request, levels, placement, route_counts(start, placement), per_microbatch)
               for levels, start in found for placement in [parse_placement(start.problem.placement.name,

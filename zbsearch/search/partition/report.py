@@ -43,7 +43,7 @@ def split_facts(result: SolveResult, rule: str) -> dict[str, Any]:
         })
         mine = [[by_name[name] for name in prof.partition[c] if name in by_name] for c in pl.chunks_on(r)]
         chosen = problem.recompute_microbatches
-        counts = [problem.num_microbatches if chosen is None or chosen[c] is None else len(chosen[c])
+        counts = [problem.num_microbatches if chosen is None or (mbs := chosen[c]) is None else len(mbs)
                   for c in pl.chunks_on(r)]
         facts = recompute_facts(mine, counts)
         if facts["recomputed"]:

@@ -32,7 +32,9 @@ class _RankLevels:
     microbatch's own passes change what they allocate or free."""
 
     def __init__(self, problem: Problem, actions: Sequence[Action], keeps: set[tuple[int, int]]) -> None:
-        self.problem, self.events, self.deltas = problem, [], []
+        self.events: list[tuple[Action, bool]] = []
+        self.deltas: list[float] = []
+        self.problem = problem
         self.at: dict[tuple[int, int], list[int]] = {}
         for _, at_start, a in memory_events(actions):
             self.at.setdefault((a.chunk, a.microbatch), []).append(len(self.events))
