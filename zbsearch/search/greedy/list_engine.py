@@ -3,8 +3,10 @@ and DualPipe's two routes).
 
 A heap of (time, rank) decision points; at each, the rank runs a ready B or F (B first or F first, by
 the `b_first` switch), else a W (memory-forced, gap-filling or drain), else sleeps until its next input
-arrives. With `pairs` (only offered when the profile gives an F&B overlap time), a ready F and a ready B
-run together as one overlapped pair whenever both are there. A new microbatch is admitted on a rank
+arrives. Should the heap run dry with passes left, every rank decides again, then runs a pending W it
+would sleep on (`ListEngine._unstall`); only when none can move is the variant dropped (CannotFit).
+With `pairs` (only offered when the profile gives an F&B overlap time), a ready F and a ready B run
+together as one overlapped pair whenever both are there. A new microbatch is admitted on a rank
 only while the memory limit leaves room for all of that microbatch's forward chunks there, so chunked
 placements cannot deadlock on memory (two routes in opposite directions can, unless `by_route` admits
 each microbatch at its route's start for every rank at once: see `ListEngine.gate`); with `warmup` set,
@@ -103,17 +105,41 @@ class ListEngine:
                     for k, nxt in enumerate(self.next)]
 
     def run(self) -> EngineResult:
-        while self.heap and self.done < self.total:
-            t, r = heapq.heappop(self.heap)
-            if t >= self.clocks[r].free:
-                self.decide(r, t)
-        if self.done < self.total:
-            raise CannotFit
+        latest = 0.0
+        while self.done < self.total:
+            while self.heap and self.done < self.total:
+                t, r = heapq.heappop(self.heap)
+                latest = max(latest, t)
+                if t >= self.clocks[r].free:
+                    self.decide(r, t)
+            if self.done < self.total and not self._unstall(latest):
+                raise CannotFit
         return EngineResult.from_clocks(self.order, self.clocks, self.peak)
 
-    def decide(self, r: int, now: float) -> None:
+    def _unstall(self, latest: float) -> bool:
+        """The heap ran dry with passes left, so no event will ever come; return whether a pass ran.
+
+        On DualPipe's two routes two things stall the event loop short of memory being full. A
+        producer's pass can be timed before its consumer's last decision (its rank was free earlier),
+        so the consumer's wake-up falls before the consumer's free time and run() drops it, while the
+        consumer already slept knowing of no arrival. And a gate that reserves on two ranks waits for
+        W on both, while each rank, weighing only its own W, sleeps. Only here, where the engine
+        used to give up, does it act, so that every schedule it made before stays the same: each rank
+        decides again at the latest time seen (every known arrival has passed by then), and only if
+        none moves, each runs a pending W it would otherwise sleep on (it frees memory and has to run
+        anyway)."""
+        before = self.done
+        for forced in (False, True):
+            for r in range(len(self.clocks)):
+                self.decide(r, max(latest, self.clocks[r].free), forced)
+            if self.done > before:
+                return True
+        return False
+
+    def decide(self, r: int, now: float, forced: bool = False) -> None:
         """Rank r is free at `now`: run a ready B or F (both as a pair, with `pairs`), else a W when
-        memory forces it, when it fills a gap or with w_fill, else sleep until the next known arrival."""
+        memory forces it, when it fills a gap, with w_fill or when `forced` (nothing else can move),
+        else sleep until the next known arrival."""
         chunks, pos, policy = self.chunks, self.pos, self.policy[r]
         if policy.w_mode == "eager" and self.pending_w[r]:
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)
@@ -136,7 +162,7 @@ class ListEngine:
             self.sleep(r, now)
         elif self._w_unblocks(r, now):
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)      # memory forces a W before the next F
-        elif policy.w_mode == "fill" or self._w_fits_gap(r):
+        elif forced or policy.w_mode == "fill" or self._w_fits_gap(r):
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)      # fill the gap
         else:
             self.sleep(r, now)
