@@ -11,7 +11,7 @@ import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional, Sequence
 
 import typer
 from rich import box
@@ -222,7 +222,7 @@ def _short(name: str) -> str:
     return {"tok_embeddings": "emb", "output": "out"}.get(name, name)
 
 
-def _span(names: list[str]) -> str:
+def _span(names: Sequence[str]) -> str:
     return _short(names[0]) if len(names) == 1 else f"{_short(names[0])}..{_short(names[-1])}"
 
 

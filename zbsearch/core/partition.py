@@ -25,7 +25,6 @@ from .ir import Placement
 from .layers import Layer
 from .plan_record import Choice, PlanRecord, Split
 from .profile import Profile
-from .sharding import Sharding
 from .stage_cost import StageCost
 
 # A chunk whose layers hold no activation (an embedding alone) still counts one byte, so that limits
@@ -256,11 +255,9 @@ def plan_of(profile: Profile, mem_limit: str | None = None,
     >>> plan_of(partition_profile(prof, linear(2), [2, 1])).split.modules
     (('tok_embeddings', 'layers.0'), ('norm', 'output'))
     """
-    split, levels = None, ()
+    split, levels = None, tuple[tuple[str, str], ...]()
     if profile.partition is not None and profile.layers is not None:
         split = split_from_layers(profile.partition, profile.layers)
         levels = tuple((layer.name, str(layer.details["recomputed"]["level"])) for layer in profile.layers
                        if "recomputed" in layer.details)
-    sharded = (profile.details.get("static") or {}).get("sharding")
-    sharding = Sharding(int(sharded["degree"]), str(sharded["how"])) if isinstance(sharded, dict) else None
-    return PlanRecord(split, levels, chosen, profile.memory_model, sharding, mem_limit)
+    return PlanRecord(split, levels, chosen, profile.memory_model, profile.sharding, mem_limit)

@@ -20,12 +20,6 @@ from .sharding import Sharding
 from .static_bytes import shard_profile
 
 
-def profile_sharding(profile: Profile) -> Sharding | None:
-    """The sharding a profile's static bytes are under (details.static.sharding), None when unsharded."""
-    recorded = (profile.details.get("static") or {}).get("sharding")
-    return Sharding(int(recorded["degree"]), str(recorded["how"])) if isinstance(recorded, dict) else None
-
-
 def as_planned(profile: Profile, memory_model: str | None = None, sharding: Sharding | None = None,
                levels: Mapping[str, str] | None = None, restage: bool = True) -> Profile:
     """`profile` under another memory accounting (None: its own), its static bytes sharded (None or a
@@ -33,7 +27,7 @@ def as_planned(profile: Profile, memory_model: str | None = None, sharding: Shar
     from them)."""
     if memory_model is not None:
         profile = replace(profile, memory_model=memory_model)
-    if sharding is not None and profile_sharding(profile) != sharding:
+    if sharding is not None and profile.sharding != sharding:
         profile = shard_profile(profile, sharding)
     return with_recompute(profile, levels or {}, restage=restage)
 
@@ -52,7 +46,7 @@ def for_plan(profile: Profile, schedule: Schedule) -> Profile:
         The plan's split does not name the profile's layers in order.
     """
     plan = schedule.plan
-    own = profile_sharding(profile)
+    own = profile.sharding
     if plan.sharding is not None and own is not None and own != plan.sharding:
         raise ProfileError(f"profile {profile.label} is sharded over {own.degree} ({own.how}) but schedule "
                            f"{schedule.name!r} was planned sharded over {plan.sharding.degree} ({plan.sharding.how}): "

@@ -29,6 +29,7 @@ from .errors import ProfileError
 from .fileio import read_json, write_atomic
 from .ir import Placement
 from .layers import Layer, parse_layers
+from .sharding import Sharding
 from .profile_validation import (PROFILE_SCHEMA_PATH, check_memory_order, check_overlap, check_profile_data,
     profile_schema)
 from .stage_cost import StageCost
@@ -78,6 +79,13 @@ class Profile:
     def gives_overlap(self) -> bool:
         """Whether the profile gives an F&B pair time anywhere (then pairing passes can save time)."""
         return any(s.overlap_f_b is not None for s in self.stages + (self.chunks or ()))
+
+    @property
+    def sharding(self) -> Sharding | None:
+        """The data-parallel sharding its static bytes are under (details.static.sharding, written by
+        core/static_bytes.shard_profile), None when unsharded."""
+        recorded = (self.details.get("static") or {}).get("sharding")
+        return Sharding(int(recorded["degree"]), str(recorded["how"])) if isinstance(recorded, dict) else None
 
     @property
     def stage_split(self) -> tuple[tuple[str, ...], ...] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...core.errors import ZbsearchError, about
+from ...core.objective import Objective
 from ...core.profile import Profile, check_stages
 from ..problem import Problem, make_problems
 from ..solve.driver import Progress, SolveResult, solve_placements
@@ -52,10 +53,10 @@ def find_plan(profile: Profile, request: PlanRequest, *, time_limit: float = 30.
         problems = problems_for(planned, request)
         with about("mem_limit"):  # infeasible: the limit is below what the pipeline needs
             return solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
-    names = request.auto_placements if (request.placement or "auto").strip().lower() == "auto" else \
-        (request.placement,)
+    names = (request.placement,) if request.placement and request.placement.strip().lower() != "auto" else \
+        request.auto_placements
     split = SplitRequest(planned, request.stages or planned.num_stages, tuple(names), request.mem_limit,
-                         request.objective, rule, request.headroom)
+                         Objective.parse(request.objective), rule, request.headroom)
     recompute = (request.recompute or "").strip()
     if recompute in SEARCHED_RECOMPUTE:
         return search_with_recompute(split, time_limit=time_limit, workers=workers, seed=seed, progress=progress,
