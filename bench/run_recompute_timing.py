@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_common import RESULTS, log, write_csv, write_text  # noqa: E402
 
+from zbsearch.core.ir import Schedule  # noqa: E402
 from zbsearch.core.profile import Profile  # noqa: E402
 from zbsearch.profiling.build import profile_measured  # noqa: E402
 from zbsearch.profiling.request import GptShape, MeasureRequest, PipelineSetup, StageSplit  # noqa: E402
@@ -48,10 +49,10 @@ def measure_row(profile: Profile, recompute: str) -> dict[str, Any]:
     from zbsearch.interop.run.launcher import run  # deferred: torch
     from zbsearch.interop.run.model import plan_profiled_model, predicted_profile  # deferred: torch
 
-    schedule = generate("zb-v", 2, 4)
-    schedule.meta["partition"] = {"chunks": CHUNKS}
+    plan: dict[str, Any] = {"split": {"chunks": CHUNKS}}
     if recompute != "none":
-        schedule.meta["partition"]["recompute"] = {name: recompute for name in BLOCKS}
+        plan["recompute"] = {name: recompute for name in BLOCKS}
+    schedule = Schedule.from_dict({**generate("zb-v", 2, 4).to_dict(), "plan": plan})  # as a plan file states it
     plan = plan_profiled_model(schedule, profile)
     planned = simulate(schedule, predicted_profile(schedule, profile, plan)[0])
     result = run(schedule, profile=profile, steps=STEPS, warmup=WARMUP, track_memory=True, pin_cpu=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from plans import with_legacy_plan, with_plan
 from zbsearch.cli.app import app
 from zbsearch.core.errors import RunError, ScheduleError
 from zbsearch.profiling.build import profile_gpt_estimate, profile_measured
@@ -39,9 +40,9 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory() -> None
     profile = profile_measured("gpt", StageSplit(stages=2), PipelineSetup(microbatches=4, torch_stage0=True),
                                MeasureRequest(device="cpu", warmup=1, repeats=5), shape=SHAPE)
     assert all({o.level for o in layer.recompute} == {"full", "selective"} for layer in profile.layers[1:5])
-    schedule = generate("zb-v", 2, 4)  # the split backward, and two chunks per rank
-    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
-                                             ["layers.3", "output"]], "recompute": {name: "full" for name in BLOCKS}}
+    schedule = with_legacy_plan(generate("zb-v", 2, 4),  # the split backward, and two chunks per rank
+                                {"chunks": [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"],
+                                            ["layers.3", "output"]], "recompute": {name: "full" for name in BLOCKS}})
     plan = plan_profiled_model(schedule, profile)
     predicted = simulate(schedule, predicted_profile(schedule, profile, plan)[0])
     plain = simulate(schedule, predicted_profile(schedule, profile, replace(plan, recompute=()))[0])
@@ -66,10 +67,10 @@ def test_a_plan_that_recomputes_every_block_runs_with_the_plans_memory() -> None
 def test_per_microbatch_choices_recompute_only_the_microbatches_listed(tmp_path: Path) -> None:
     profile = profile_gpt_estimate(GptShape(layers=2, hidden=32, heads=2, seq=8, micro_batch=2, vocab=64), "h100",
                                    StageSplit(stages=2), PipelineSetup(microbatches=4), dtype="fp32")
-    schedule = generate("zb-h1", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]],
-                                  "recompute": {"layers.0": "full", "layers.1": "selective"},
-                                  "recompute_microbatches": [[0, 2], None]}
+    schedule = with_plan(generate("zb-h1", 2, 4),
+                         {"split": {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]]},
+                          "recompute": {"layers.0": "full", "layers.1": "selective"},
+                          "recompute_microbatches": [[0, 2], None]})
     profile.save(tmp_path / "p.json")
     schedule.save(tmp_path / "s.json")
     result = CliRunner().invoke(app, ["run", str(tmp_path / "s.json"), "--profile", str(tmp_path / "p.json"),
@@ -84,10 +85,10 @@ def test_per_microbatch_choices_recompute_only_the_microbatches_listed(tmp_path:
     ({"recompute": {"layers.0": "half"}},
      "schedule 'zb-h1' meta.partition.recompute gives layer 'layers.0' level 'half': use full or selective"),
     ({"recompute": {"layers.9": "full"}},
-     "schedule 'zb-h1' meta.partition.recompute names layer 'layers.9', which no chunk of the run holds: name the "
-     "layers of meta.partition.chunks"),
+     "schedule 'zb-h1' plan.recompute names layer 'layers.9', which no chunk of the run holds: name the "
+     "layers of plan.split.chunks"),
     ({"recompute": {"output": "selective"}},
-     "schedule 'zb-h1' meta.partition.recompute gives layer 'output' level selective, but only the built-in GPT's "
+     "schedule 'zb-h1' plan.recompute gives layer 'output' level selective, but only the built-in GPT's "
      "blocks with naive attention have an attention core the run can recompute alone: use full"),
     ({"recompute": {"layers.0": "full"}, "recompute_microbatches": [[0]]},
      "schedule 'zb-h1' meta.partition.recompute_microbatches must list one entry per chunk (2): each a list of "
@@ -99,9 +100,9 @@ def test_per_microbatch_choices_recompute_only_the_microbatches_listed(tmp_path:
 def test_a_recompute_the_run_cannot_execute_is_refused_before_any_process_starts(meta, message) -> None:
     profile = profile_gpt_estimate(GptShape(layers=2, hidden=32, heads=2, seq=8, micro_batch=2, vocab=64), "h100",
                                    StageSplit(stages=2), PipelineSetup(microbatches=4), dtype="fp32")
-    schedule = generate("zb-h1", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]], **meta}
-    with pytest.raises((RunError, ScheduleError)) as err:  # the microbatch lists are the schedule's own field
+    with pytest.raises((RunError, ScheduleError)) as err:  # the plan's own fields fail as the file loads
+        schedule = with_legacy_plan(generate("zb-h1", 2, 4),
+                                    {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]], **meta})
         run(schedule, profile=profile)
     assert str(err.value) == message
 
@@ -113,9 +114,9 @@ def test_only_a_run_of_a_small_test_model_warns_that_it_does_not_recompute(monke
     monkeypatch.setattr(cli_run, "print_warning", said.append)
     profile = profile_gpt_estimate(GptShape(layers=2, hidden=32, heads=2, seq=8, micro_batch=2, vocab=64), "h100",
                                    StageSplit(stages=2), PipelineSetup(microbatches=4), dtype="fp32")
-    schedule = generate("zb-h1", 2, 4)
-    schedule.meta["partition"] = {"chunks": [["tok_embeddings", "layers.0"], ["layers.1", "output"]],
-                                  "recompute": {"layers.0": "full"}}
+    schedule = with_legacy_plan(generate("zb-h1", 2, 4), {"chunks": [["tok_embeddings", "layers.0"],
+                                                                     ["layers.1", "output"]],
+                                                          "recompute": {"layers.0": "full"}})
     cli_run.warn_test_model_recompute(schedule, profile, None)
     cli_run.warn_test_model_recompute(schedule, profile, "profile")
     assert said == []
