@@ -14,9 +14,11 @@ from typer.testing import CliRunner
 from zbsearch.cli.app import app
 from zbsearch.core.ir import Schedule
 from zbsearch.core.partition import counts_of, partition_profile
+from zbsearch.core.planned_profile import for_plan
 from zbsearch.core.profile import load_profile
 from zbsearch.schedules import generate
 from zbsearch.sim.simulate import simulate
+from zbsearch.sim.summary import summarize
 
 runner = CliRunner()
 
@@ -108,3 +110,23 @@ def test_devices_are_checked_against_the_stages_and_the_shard_degree(paper_profi
                                 "--devices", "3", "-o", str(tmp_path / "p.json")])
     assert early.exit_code != 0 and "device count 3 does not allow 2 pipeline stages" in early.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_plan_file_is_shown_with_the_memory_solve_printed_for_it(tmp_path: Path) -> None:
+    # issue 38: the plan file did not record the sharding and accounting it was solved under, so `show`
+    # printed 65.7 GiB of static bytes per rank where `solve --dp-shard 8` had said 4.6.
+    h100 = Path(__file__).resolve().parents[2] / "profiles" / "h100.json"
+    plan = tmp_path / "plan.json"
+    solved = runner.invoke(app, ["solve", "--profile", str(h100), "--mem-limit", "auto", "--dp-shard", "8",
+                                 "--memory-model", "torch-runtime", "--time-limit", "1", "-o", str(plan), "--json"])
+    assert solved.exit_code == 0, solved.stderr
+    said = json.loads(solved.stdout)
+    schedule = Schedule.load(plan)
+    assert (schedule.plan.sharding.degree, schedule.plan.memory_model) == (8, "torch-runtime")
+    again = summarize(simulate(schedule, for_plan(load_profile(h100), schedule))).to_dict()
+    for key in ("static_bytes_per_rank", "peak_memory_bytes_per_rank", "makespan"):
+        assert again[key] == pytest.approx(said[key]), key
+    shown = runner.invoke(app, ["show", str(plan), "--profile", str(h100)])
+    assert shown.exit_code == 0, shown.stderr
+    gib = [f"{x / 2 ** 30:.3f}" for x in said["static_bytes_per_rank"] + said["peak_memory_bytes_per_rank"]]
+    assert all(g in shown.stdout for g in gib)

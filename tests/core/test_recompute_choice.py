@@ -12,6 +12,9 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.core.errors import ProfileError
+from zbsearch.core.ir import vshape
+from zbsearch.core.partition import partition_profile, plan_of
+from zbsearch.core.planned_profile import for_plan
 from zbsearch.core.recompute_choice import parse_recompute, recomputed, with_recompute
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import LlamaShape, PipelineSetup, StageSplit
@@ -152,3 +155,18 @@ def test_a_malformed_per_microbatch_choice_is_one_line_error(naive, entries, mes
         simulate(_per_microbatch(generate("1f1b", 2, 4), entries, legacy), naive)
     assert f"schedule '1f1b' {field}.recompute_microbatches{message}" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_plan_names_only_the_levels_some_microbatch_recomputes(naive) -> None:
+    # issue 38: a level whose chunk recomputes no microbatch stayed in the plan record.
+    prof = with_recompute(naive, parse_recompute("full", naive.layers), restage=False)
+    split = partition_profile(prof, vshape(2), [2, 1, 1, 2])
+    names = split.partition
+    every = plan_of(split).levels
+    assert set(every) == {n for chunk in names for n in chunk if n.startswith("layers.")}
+    plan = plan_of(split, "2p", (frozenset({0}), frozenset(), None, frozenset()))
+    idle = {n for c in (1, 3) for n in names[c]}
+    assert set(plan.levels) == set(every) - idle and plan.recompute_microbatches[1] == frozenset()
+    # the chunk without recompute costs the same either way: the simulator and for_plan agree
+    chosen = replace(generate("zb-v", 2, 4), plan=plan)
+    assert simulate(chosen, split).makespan == pytest.approx(simulate(chosen, for_plan(naive, chosen)).makespan)
