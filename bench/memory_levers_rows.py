@@ -26,6 +26,7 @@ from zbsearch.core.recompute_choice import parse_recompute, with_recompute
 from zbsearch.core.sharding import Sharding, shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition.recompute import everything, joint, ranks_at_cap, search_with_recompute
 from zbsearch.search.partition.report import rank_totals
 from zbsearch.search.partition.search import SplitRequest
@@ -81,7 +82,7 @@ def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
 
 def _joint(label: str, request: SplitRequest, seconds: float) -> tuple[Plan, SolveResult | InfeasibleError]:
     t0 = time.monotonic()
-    found = joint(request, time_limit=seconds)
+    found = joint(request, SearchOptions(time_limit=seconds))
     if isinstance(found, InfeasibleError):
         return Plan(label, note=f"infeasible: {found}", seconds=time.monotonic() - t0), found
     return from_result(label, found, time.monotonic() - t0), found
@@ -117,7 +118,7 @@ def _auto(label: str, request: SplitRequest, seconds: float, per_microbatch: boo
           starts: tuple[Any, Any]) -> Plan:
     t0 = time.monotonic()
     try:
-        found = search_with_recompute(request, time_limit=seconds, per_microbatch=per_microbatch, starts=starts)
+        found = search_with_recompute(request, SearchOptions(time_limit=seconds), per_microbatch=per_microbatch, starts=starts)
     except InfeasibleError as exc:
         return Plan(label, note=f"infeasible: {exc}", seconds=time.monotonic() - t0)
     return from_result(label, found, time.monotonic() - t0)

@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 # Names loaded on first use: the search pulls in OR-Tools, which `import zbsearch` should not pay for.
 _LAZY = {
-    "Problem": "search.problem", "make_problems": "search.problem",
+    "Problem": "search.problem", "make_problems": "search.problem", "SearchOptions": "search.options",
     "solve": "search.solve.driver", "solve_placements": "search.solve.driver", "SolveResult": "search.solve.driver",
     "SolveReport": "search.solve.report",
     "export": "interop.formats.export", "import_torch_csv": "interop.formats.torch_import",
@@ -45,7 +45,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "Action", "DependencyError", "FileError", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError",
     "PartitionError", "Placement", "PlanError", "PreconditionError", "Problem", "Profile", "ProfileError",
-    "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SolveReport",
+    "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SearchOptions",
+    "SolveReport",
     "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "generate",
     "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "simulate",
     "solve", "solve_placements", "summarize", "uniform_profile", "validate",

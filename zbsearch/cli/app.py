@@ -258,8 +258,8 @@ def solve(
             result = split.solve_split(prof, p, partition, placement, auto, mem_limit, objective, headroom, time_limit,
                                        workers, seed, on_event, (recompute or "").strip())
         else:
-            result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed,
-                                             progress=on_event)
+            result = search.solve_placements(problems, search.SearchOptions(time_limit, workers, seed,
+                                                                            progress=on_event))
     report = result.report()
     if output is not None:
         result.schedule.save(output)

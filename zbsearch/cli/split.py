@@ -13,6 +13,7 @@ from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
 from ..search.partition.recompute import search_with_recompute
 from ..search.partition.search import SplitRequest, search_splits
+from ..search.options import SearchOptions
 from ..search.solve.driver import Progress, SolveResult
 from ..search.partition.report import layer_range
 from .options import naming, naming_subjects
@@ -47,10 +48,10 @@ def solve_split(prof: Profile, p: int | None, rule: str, placement: str | None, 
     # Innermost first: an error about the counts is --partition's even when it quotes the placement.
     with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
             naming_subjects({"--partition": "layers per chunk"}):
+        options = SearchOptions(time_limit, workers, seed, progress=progress)
         if recompute in AUTO_RECOMPUTE:  # the search chooses the levels (and, auto, the microbatches)
-            return search_with_recompute(request, time_limit=time_limit, workers=workers, seed=seed,
-                                         progress=progress, per_microbatch=recompute == "auto")
-        return search_splits(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+            return search_with_recompute(request, options, per_microbatch=recompute == "auto")
+        return search_splits(request, options)
 
 
 def split_table(result: SolveResult) -> Table:

@@ -10,6 +10,7 @@ import pytest
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.profile import Profile
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.exact import lns
 from zbsearch.search.exact.cpsat import choose_step
 from zbsearch.search.problem import Problem, on_grid
@@ -143,7 +144,7 @@ def test_an_invalid_start_is_refused():
 
 def test_solve_runs_the_search_when_the_full_model_is_skipped():
     problem = _problem(4, 12, seed=9, limit="0.75p")
-    result = solve(problem, time_limit=8, workers=1, budget=Budget(cpsat_seconds_per_pass=1e6))
+    result = solve(problem, SearchOptions(time_limit=8, workers=1, budget=Budget(cpsat_seconds_per_pass=1e6)))
     assert result.details.cpsat_status.startswith("skipped")
     assert result.details.lns is not None and result.details.lns.windows >= 1
     assert result.objective <= result.heuristic_objective

@@ -15,17 +15,12 @@ from ...core.objective import Objective, Status
 from ...sim.simulate import Timeline
 from ...sim.summary import Summary, summarize
 from ..exact.lns import LnsStats
+from ..options import Progress
 from ..problem import Problem
+from .starts import Origin
 
-
-@dataclass(frozen=True)
-class Progress:
-    """One progress event: elapsed seconds, the incumbent and the bound in the profile's time unit."""
-
-    elapsed: float
-    incumbent: float
-    bound: float
-    phase: str
+__all__ = ["GridRound", "PartitionDetails", "PlacementOutcome", "Progress", "SolveDetails", "SolveReport",
+           "SolveResult"]
 
 
 @dataclass(frozen=True)
@@ -90,8 +85,8 @@ class SolveDetails:
 
     cpsat_status: str = "not run"
     cpsat_bound: str | None = None
-    tuned_start: dict[str, Any] | None = None
-    periodic_start: dict[str, Any] | None = None
+    tuned_start: Origin | None = None
+    periodic_start: Origin | None = None
     grid_rounds: tuple[GridRound, ...] = ()
     lns: LnsStats | None = None
     lns_not_run: str | None = None
@@ -102,9 +97,11 @@ class SolveDetails:
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys, in the order the solver reached them; absent ones left out."""
         out: dict[str, Any] = {"cpsat_status": self.cpsat_status}
-        optional = {"cpsat_bound": self.cpsat_bound, "tuned_start": self.tuned_start,
-                    "periodic_start": self.periodic_start}
-        out.update({k: v for k, v in optional.items() if v is not None})
+        if self.cpsat_bound is not None:
+            out["cpsat_bound"] = self.cpsat_bound
+        for key, origin in (("tuned_start", self.tuned_start), ("periodic_start", self.periodic_start)):
+            if origin is not None:
+                out[key] = origin.to_dict()
         if self.grid_rounds:
             out.update(self.grid_rounds[-1].to_dict())
             out["cpsat_status"] = self.cpsat_status
