@@ -63,18 +63,18 @@ def study_profile(row: Row) -> Profile:
 def _per_rank(result: SolveResult) -> tuple[list[int], list[int]]:
     """Layers recomputed and (chunk, microbatch) passes that recompute, per rank."""
     assert result.details.partition is not None
-    ranks = result.details.partition.facts["ranks"]
-    return ([len(r.get("recomputed", [])) for r in ranks],
-            [sum(r.get("recomputed_microbatches", [])) for r in ranks])
+    ranks = result.details.partition.facts.ranks
+    return ([len(r.recompute.get("recomputed", [])) for r in ranks],
+            [sum(r.recompute.get("recomputed_microbatches", [])) for r in ranks])
 
 
 def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
     part = result.details.partition
     assert part is not None
     layers, passes = _per_rank(result)
-    return Plan(label, result.schedule.name, result.problem.placement.name, tuple(part.facts["layers_per_chunk"]),
+    return Plan(label, result.schedule.name, result.problem.placement.name, part.facts.layers_per_chunk,
                 result.objective, tuple(rank_totals(result.timeline)),
-                all(r["fits"] for r in part.facts["ranks"]), seconds,
+                all(r.fits for r in part.facts.ranks), seconds,
                 extra={"imbalance": imbalance(result.timeline), "bound": result.lower_bound,
                        "layers_recomputed": layers, "microbatches_recomputed": passes,
                        "at_cap": list(ranks_at_cap(result.problem, result.timeline))})

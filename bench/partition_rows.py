@@ -109,8 +109,8 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
     part = res.details.partition
     assert part is not None
     plan = Plan(label, res.schedule.name, res.problem.placement.name,
-                tuple(part.facts["layers_per_chunk"]), res.objective, tuple(rank_totals(res.timeline)),
-                all(r["fits"] for r in part.facts["ranks"]), time.monotonic() - t0)
+                part.facts.layers_per_chunk, res.objective, tuple(rank_totals(res.timeline)),
+                all(r.fits for r in part.facts.ranks), time.monotonic() - t0)
     plan.extra = {"any_split_bound": part.any_split_bound, "status": res.status,
                   "imbalance": imbalance(res.timeline), "origin": part.origin or rule,
                   "by_placement": part.any_split_bound_by_placement,

@@ -75,12 +75,12 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
     plain = search_splits(request, SearchOptions(time_limit=6))
     auto = search_with_recompute(request, SearchOptions(time_limit=8))
-    ranks = auto.details.partition.facts["ranks"]
-    assert any(row.get("recomputed") for row in ranks)
+    ranks = auto.details.partition.facts.ranks
+    assert any(row.recompute.get("recomputed") for row in ranks)
     assert auto.objective < plain.objective * 0.95
     assert auto.lower_bound <= auto.objective
     assert auto.schedule.meta["partition"]["recompute"]
-    assert auto.details.partition.rule == auto.details.partition.facts["rule"] == "auto"  # not the polish's fixed:
+    assert auto.details.partition.rule == auto.details.partition.facts.rule == "auto"  # not the polish's fixed:
 
 
 def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
@@ -91,7 +91,7 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
     auto = search_with_recompute(request, SearchOptions(time_limit=8))
     chosen = auto.schedule.meta["partition"]["recompute_microbatches"]
-    counts = [n for row in auto.details.partition.facts["ranks"] for n in row.get("recomputed_microbatches", [])]
+    counts = [n for row in auto.details.partition.facts.ranks for n in row.recompute.get("recomputed_microbatches", [])]
     assert any(0 < n < 8 for n in counts), (chosen, counts)
     recomputing = sum(len(entry) if entry is not None else 8 for entry in chosen)
     every = search_splits(replace_request(request, auto), SearchOptions(time_limit=6))
@@ -152,7 +152,7 @@ def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
     assert "10.6 GiB" in str(without)  # the least cap without recompute
     auto = search_with_recompute(request, SearchOptions(time_limit=6))
     assert auto.schedule.meta["partition"]["recompute"]
-    assert all(row["fits"] for row in auto.details.partition.facts["ranks"])
+    assert all(row.fits for row in auto.details.partition.facts.ranks)
 
 
 def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:

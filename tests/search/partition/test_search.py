@@ -161,11 +161,11 @@ def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
     assert report.ok
     part = auto.details.partition
     assert part is not None
-    for rank in part.facts["ranks"]:
-        assert rank["total_bytes"] <= 24 * GiB * (1 + 1e-9) and rank["fits"]
+    for rank in part.facts.ranks:
+        assert rank.total_bytes <= 24 * GiB * (1 + 1e-9) and rank.fits
     assert auto.lower_bound == pytest.approx(min(auto.objective, part.any_split_bound))
-    assert sum(part.facts["layers_per_chunk"]) == 9
-    assert auto.schedule.meta["partition"]["chunks"] == part.facts["chunks"]
+    assert sum(part.facts.layers_per_chunk) == 9
+    assert auto.schedule.meta["partition"]["chunks"] == part.facts.to_dict()["chunks"]
 
 
 def test_past_its_time_the_joint_search_scores_one_named_split_per_placement():
@@ -318,7 +318,7 @@ def test_a_cap_no_split_fits_names_the_least_cap_that_does():
                       SearchOptions(time_limit=2))
     fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), SearchOptions(time_limit=2))
     assert fits.details.partition is not None
-    assert all(rank["fits"] for rank in fits.details.partition.facts["ranks"])
+    assert all(rank.fits for rank in fits.details.partition.facts.ranks)
 
 
 def test_the_bound_line_names_the_placement_that_holds_the_bound_down():

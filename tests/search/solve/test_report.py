@@ -12,9 +12,10 @@ from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.objective import Status
 from zbsearch.core.profile import uniform_profile
-from zbsearch.search.exact.lns import LnsStats
+from zbsearch.search.exact.lns_report import LnsStats
 from zbsearch.search.problem import Problem
-from zbsearch.search.solve.report import GridRound, PartitionDetails, PlacementOutcome, SolveDetails, SolveResult
+from zbsearch.search.solve.report import (GridRound, PartitionDetails, PlacementOutcome, SolveDetails, SolveResult,
+                                          SplitFacts)
 from zbsearch.search.solve.starts import Origin, one_at_a_time, valid_start
 from zbsearch.sim.summary import summarize
 
@@ -23,7 +24,8 @@ SEARCH_KEYS = ["objective", "objective_value", "lower_bound", "bubble_rate_lower
 
 
 def _partition(origin: str | None) -> PartitionDetails:
-    return PartitionDetails("auto", 90.0, 85.0, {"linear": {"bound": 85.0}}, 12, {"rule": "auto"}, origin)
+    return PartitionDetails("auto", 90.0, 85.0, {"linear": {"bound": 85.0}}, 12, SplitFacts("auto", (2,), (("a", "b"),), ()),
+                            origin)
 
 
 def test_default_details_are_the_status_alone() -> None:
@@ -47,7 +49,7 @@ def test_every_detail_in_the_order_the_solver_reached_it() -> None:
     assert out["periodic_start"] == {"from": "greedy"}
     assert out["placements"] == {"linear": {"objective": 10.0, "lower_bound": 9.0, "status": Status.FEASIBLE}}
     assert (out["lns_windows"], out["lns_accepted"], out["lns_improved"], out["lns_rejected"]) == (3, 2, 1, 0)
-    assert out["fused_backwards"] == 4 and out["partition"] == {"rule": "auto"} and out["split_origin"] == "even"
+    assert out["fused_backwards"] == 4 and out["partition"] == {"rule": "auto", "layers_per_chunk": [2], "chunks": [["a", "b"]], "ranks": []} and out["split_origin"] == "even"
 
 
 def test_the_solves_status_wins_over_the_last_rounds_and_keeps_its_place() -> None:

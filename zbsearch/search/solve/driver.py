@@ -155,7 +155,6 @@ def _improve_by_lns(problem: Problem, best: Start, until: float,
                         resolution=options.resolution)
     if found is None:
         return best, None, "not run: the start is not valid with its backwards split"
-    schedule, timeline, obj, stats = found
-    if obj < best.objective * (1 - 1e-12):
-        return Start(best.name, schedule, timeline, obj), stats, None
-    return best, stats, None
+    if found.objective < best.objective * (1 - 1e-12):
+        return Start(best.name, found.schedule, found.timeline, found.objective), found.stats, None
+    return best, found.stats, None

@@ -109,9 +109,9 @@ def choose_by_windows(problem: Problem, start: Start, deadline: float,
     split = with_backwards_split(start.schedule, keep_whole=fusable_chunks(problem))
     found = lns.improve(problem, split, deadline, workers=options.workers, seed=options.seed,
                         resolution=options.resolution, choose=True)
-    if found is None or not found[2] < start.objective * (1 - 1e-12):
+    if found is None or not found.objective < start.objective * (1 - 1e-12):
         return problem, start
-    schedule, timeline, objective, _ = found
+    schedule, timeline, objective = found.schedule, found.timeline, found.objective
     chosen = recompute_microbatches(schedule.meta, schedule.name, len(problem.chunk_costs), problem.num_microbatches)
     assert chosen is not None  # the windows choose on chunks that recompute: the schedule says what they chose
     # The start's meta (its split, levels and solver facts) with the windows' choice.
