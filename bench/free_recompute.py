@@ -27,6 +27,7 @@ from memory_levers_rows import COLUMNS, PLACEMENTS, study_profile  # noqa: E402
 from results_common import RESULTS, log, read_csv, write_csv, write_text  # noqa: E402
 
 from zbsearch.core.errors import InfeasibleError  # noqa: E402
+from zbsearch.search.options import SearchOptions  # noqa: E402
 from zbsearch.search.partition.recompute import joint, least_memory  # noqa: E402
 from zbsearch.search.partition.search import SplitRequest  # noqa: E402
 
@@ -47,7 +48,7 @@ def free_row(recs: list[dict[str, Any]]) -> dict[str, Any]:
     prof = study_profile(row)
     relaxed = replace(prof, layers=least_memory(prof.layers or ()))
     t0 = time.monotonic()
-    found = joint(SplitRequest(relaxed, row.p, PLACEMENTS, f"{row.cap_gib:g}GiB", "makespan"), time_limit=SECONDS)
+    found = joint(SplitRequest(relaxed, row.p, PLACEMENTS, f"{row.cap_gib:g}GiB", "makespan"), SearchOptions(time_limit=SECONDS))
     goal = target_ms(recs)
     out = {"row": row.label, "no_recompute_ms": ms_of(recs[0]), "target_ms": round(goal, 1),
            "per_microbatch_ms": ms_of(recs[5]), "seconds": round(time.monotonic() - t0, 1)}

@@ -27,6 +27,7 @@ from zbsearch.core.sharding import Sharding
 from zbsearch.core.static_bytes import shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition.recompute import everything, joint, ranks_at_cap, search_with_recompute
 from zbsearch.search.partition.report import rank_totals
 from zbsearch.search.partition.search import SplitRequest
@@ -63,18 +64,18 @@ def study_profile(row: Row) -> Profile:
 def _per_rank(result: SolveResult) -> tuple[list[int], list[int]]:
     """Layers recomputed and (chunk, microbatch) passes that recompute, per rank."""
     assert result.details.partition is not None
-    ranks = result.details.partition.facts["ranks"]
-    return ([len(r.get("recomputed", [])) for r in ranks],
-            [sum(r.get("recomputed_microbatches", [])) for r in ranks])
+    ranks = result.details.partition.facts.ranks
+    return ([len(r.recompute.get("recomputed", [])) for r in ranks],
+            [sum(r.recompute.get("recomputed_microbatches", [])) for r in ranks])
 
 
 def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
     part = result.details.partition
     assert part is not None
     layers, passes = _per_rank(result)
-    return Plan(label, result.schedule.name, result.problem.placement.name, tuple(part.facts["layers_per_chunk"]),
+    return Plan(label, result.schedule.name, result.problem.placement.name, part.facts.layers_per_chunk,
                 result.objective, tuple(rank_totals(result.timeline)),
-                all(r["fits"] for r in part.facts["ranks"]), seconds,
+                all(r.fits for r in part.facts.ranks), seconds,
                 extra={"imbalance": imbalance(result.timeline), "bound": result.lower_bound,
                        "layers_recomputed": layers, "microbatches_recomputed": passes,
                        "at_cap": list(ranks_at_cap(result.problem, result.timeline))})
@@ -82,7 +83,7 @@ def from_result(label: str, result: SolveResult, seconds: float) -> Plan:
 
 def _joint(label: str, request: SplitRequest, seconds: float) -> tuple[Plan, SolveResult | InfeasibleError]:
     t0 = time.monotonic()
-    found = joint(request, time_limit=seconds)
+    found = joint(request, SearchOptions(time_limit=seconds))
     if isinstance(found, InfeasibleError):
         return Plan(label, note=f"infeasible: {found}", seconds=time.monotonic() - t0), found
     return from_result(label, found, time.monotonic() - t0), found
@@ -118,7 +119,7 @@ def _auto(label: str, request: SplitRequest, seconds: float, per_microbatch: boo
           starts: tuple[Any, Any]) -> Plan:
     t0 = time.monotonic()
     try:
-        found = search_with_recompute(request, time_limit=seconds, per_microbatch=per_microbatch, starts=starts)
+        found = search_with_recompute(request, SearchOptions(time_limit=seconds), per_microbatch=per_microbatch, starts=starts)
     except InfeasibleError as exc:
         return Plan(label, note=f"infeasible: {exc}", seconds=time.monotonic() - t0)
     return from_result(label, found, time.monotonic() - t0)

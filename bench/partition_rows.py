@@ -21,6 +21,7 @@ from zbsearch.core.errors import InfeasibleError, PreconditionError, ScheduleErr
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.partition import partition_profile, route_length
 from zbsearch.core.profile import Profile
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition.search import SplitRequest, search_splits
 from zbsearch.search.partition.candidates import balanced_counts, even_counts
 from zbsearch.search.partition.report import rank_totals
@@ -102,14 +103,14 @@ def searched(prof: Profile, p: int, cap: str, rule: str, time_limit: float) -> P
     t0 = time.monotonic()
     label = "joint search" if rule == "auto" else f"{rule} + zbsearch"
     try:
-        res = search_splits(SplitRequest(prof, p, PLACEMENTS, cap, "makespan", rule), time_limit=time_limit)
+        res = search_splits(SplitRequest(prof, p, PLACEMENTS, cap, "makespan", rule), SearchOptions(time_limit=time_limit))
     except InfeasibleError as exc:
         return Plan(label, note=f"infeasible: {exc}", seconds=time.monotonic() - t0)
     part = res.details.partition
     assert part is not None
     plan = Plan(label, res.schedule.name, res.problem.placement.name,
-                tuple(part.facts["layers_per_chunk"]), res.objective, tuple(rank_totals(res.timeline)),
-                all(r["fits"] for r in part.facts["ranks"]), time.monotonic() - t0)
+                part.facts.layers_per_chunk, res.objective, tuple(rank_totals(res.timeline)),
+                all(r.fits for r in part.facts.ranks), time.monotonic() - t0)
     plan.extra = {"any_split_bound": part.any_split_bound, "status": res.status,
                   "imbalance": imbalance(res.timeline), "origin": part.origin or rule,
                   "by_placement": part.any_split_bound_by_placement,

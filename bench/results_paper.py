@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from results_common import (
     CITATION, OBJECTIVES, PROFILES, RESULTS, anomalies, command, log, rate4, signed4, write_csv, write_text,
 )
+from zbsearch.search.options import SearchOptions
 from zbsearch.core.errors import PreconditionError
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.studies import compare as cmp
@@ -81,7 +82,7 @@ def _run_setup(model: str, m: int, published: tuple[float, ...], time_limit: flo
     for objective in OBJECTIVES:
         for limit in ("1p", "2p"):
             solved[(limit, objective)] = cmp.solved_row(prof, limit, objective, placement="linear",
-                                                        time_limit=time_limit)
+                                                        options=SearchOptions(time_limit=time_limit))
     return Setup(model, m, prof, published, fixed, fits, solved)
 
 

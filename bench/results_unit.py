@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from results_common import RESULTS, command, figures, pct, write_csv, write_text
+from zbsearch.search.options import SearchOptions
 from zbsearch.core.profile import uniform_profile
 from zbsearch.studies import compare as cmp
 from zbsearch.report.plot import plot_gantt_grid
@@ -18,7 +19,8 @@ UNIT_CSV = ("schedule", "source", "placement", "makespan", "bubble_rate_makespan
 def unit_section(args: argparse.Namespace) -> None:
     cmd = command("unit", args)
     prof = uniform_profile(1, 1, 1, p=4, m=8)
-    comp = cmp.compare(prof, limits=["1p", "2p"], schedules="all", objective="makespan", time_limit=args.time_limit,
+    comp = cmp.compare(prof, limits=["1p", "2p"], schedules="all", objective="makespan",
+                       options=SearchOptions(time_limit=args.time_limit),
                        placement="auto")
     charts, rows_md, records = [], [], []
     seen: set[str] = set()

@@ -30,6 +30,7 @@ from pathlib import Path
 from zbsearch.core.errors import PreconditionError
 from zbsearch.core.fileio import write_atomic
 from zbsearch.core.memory import parse_mem_limit
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.problem import make_problems
 from zbsearch.core.profile import Profile, load_profile
 from zbsearch.schedules import REGISTRY, generate
@@ -74,7 +75,7 @@ WORKERS = 2  # CP-SAT workers (--workers)
 def run_one(profile: Profile, limit: str, objective: str, time_limit: float, placement: str = "linear") -> dict:
     problems = make_problems(profile, limit, objective, placement)
     t0 = time.monotonic()
-    result = solve_placements(problems, time_limit=time_limit, workers=WORKERS)
+    result = solve_placements(problems, SearchOptions(time_limit=time_limit, workers=WORKERS))
     # The solve alone (its validation included), not the handcrafted columns evaluated below.
     wall = time.monotonic() - t0
     problem = result.problem

@@ -36,6 +36,10 @@ def trace(root: str, index: int) -> dict[str, object]:
     problem = zbsearch.make_problems(zbsearch.load_profile(os.path.join(root, path)), limit, objective,
                                      placement)[0]
     solve = zbsearch.solve  # loads the search before the trace starts
+    # Older layouts took the time limit, workers and seed one by one; newer ones one SearchOptions.
+    args = {"time_limit": TIME_LIMIT, "workers": 2, "seed": 0}
+    given = (zbsearch.SearchOptions(**args),) if "SearchOptions" in zbsearch.__all__ else ()
+    kwargs = {} if given else args
     followed = (problem, problem.profile)
     calls: Counter[str] = Counter()
     returns = 0
@@ -56,7 +60,7 @@ def trace(root: str, index: int) -> dict[str, object]:
 
     sys.setprofile(on_event)
     try:
-        result = solve(problem, time_limit=TIME_LIMIT, workers=2, seed=0)
+        result = solve(problem, *given, **kwargs)
     finally:
         sys.setprofile(None)
     return {"instance": f"{path} {limit} {objective} {placement}", "status": str(result.status),

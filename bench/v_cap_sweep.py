@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from partition_rows import GiB  # noqa: E402
 from partition_study import study_profile  # noqa: E402
 from results_common import RESULTS, log, write_text  # noqa: E402
+from zbsearch.search.options import SearchOptions  # noqa: E402
 from zbsearch.search.partition.search import SplitRequest, search_splits  # noqa: E402
 
 MODEL, RANKS = "llama3-8b", 8
@@ -35,7 +36,7 @@ def row(cap: str | None, time_limit: float) -> dict:
     prof = study_profile(MODEL, RANKS)
     rule = "fixed:" + ",".join(map(str, SPLIT))
     t0 = time.monotonic()
-    res = search_splits(SplitRequest(prof, RANKS, ("v",), cap, "makespan", rule), time_limit=time_limit)
+    res = search_splits(SplitRequest(prof, RANKS, ("v",), cap, "makespan", rule), SearchOptions(time_limit=time_limit))
     tl, limit = res.timeline, res.problem.limit.per_rank
     return {"cap": cap or "none", "plan_ms": res.objective / 1e3, "bound_ms": res.lower_bound / 1e3,
             "gap": res.gap, "status": res.status, "start": res.start_heuristic,

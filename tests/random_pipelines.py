@@ -47,7 +47,7 @@ def tell_cpsat_no_bounds(monkeypatch) -> None:
     import zbsearch.search.solve.driver as solve_module
     from zbsearch.search.bounds.analytic import RankBound, rank_bounds
 
-    def nothing(problem, passes, chains=True, nesting=True, deadline=None):
+    def nothing(problem, passes, chains=True, nesting=True, deadline=None, budget=None):
         return [RankBound(b.rank, b.head, 0.0, 0.0, 0.0, False) for b in rank_bounds(problem, passes, chains=False)]
 
     monkeypatch.setattr(cpsat_module, "rank_bounds", nothing)

@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 
 # Names loaded on first use: the search pulls in OR-Tools, which `import zbsearch` should not pay for.
 _LAZY = {
-    "Problem": "search.problem", "make_problems": "search.problem",
+    "Problem": "search.problem", "make_problems": "search.problem", "SearchOptions": "search.options",
     "solve": "search.solve.driver", "solve_placements": "search.solve.driver", "SolveResult": "search.solve.driver",
     "SolveReport": "search.solve.report",
     "find_plan": "search.entry.find_plan", "PlanRequest": "search.entry.request",
@@ -46,9 +46,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Action", "DependencyError", "FileError", "InfeasibleError", "Kind", "MemoryLimit", "MemoryLimitError",
-    "PartitionError", "Placement", "PlanError", "PlanRecord", "PlanRequest", "PreconditionError", "Problem", "Profile", "ProfileError",
-    "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec", "SolveReport",
-    "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check", "export", "find_plan", "generate",
+    "PartitionError", "Placement", "PlanError", "PlanRecord", "PlanRequest", "PreconditionError", "Problem",
+    "Profile", "ProfileError", "ProfilerError", "REGISTRY", "RunError", "Schedule", "ScheduleError", "ScheduleSpec",
+    "SearchOptions", "SolveReport", "SolveResult", "StageCost", "Summary", "Timeline", "ZbsearchError", "check",
+    "export", "find_plan", "generate",
     "import_torch_csv", "load_profile", "make_problems", "parse_mem_limit", "simulate",
     "solve", "solve_placements", "summarize", "uniform_profile", "validate",
 ]

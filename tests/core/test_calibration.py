@@ -17,6 +17,7 @@ from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.core.stage_cost import StageCost
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
 from zbsearch.search.bounds.relaxations import bound_passes, fusion_saves_time
 from zbsearch.search.problem import Problem, make_problem
@@ -155,7 +156,7 @@ def test_bounds_stay_below_the_brute_force_optimum_with_overheads(overhead, save
     optimum = brute_force(problem)
     assert math.isfinite(optimum)
     assert lower_bound(problem) <= optimum + 1e-9
-    result = solve(problem, time_limit=10)
+    result = solve(problem, SearchOptions(time_limit=10))
     assert result.lower_bound <= optimum + 1e-9 <= result.objective + 2e-9
     # CP-SAT's own bound is set aside only where a fused backward saves time: where it saves only memory
     # (mem_W > mem_B, a kept loss), its model may fuse that backward, and the brute force above checks it.
@@ -174,7 +175,7 @@ def test_the_split_passes_alone_would_bound_above_a_fused_schedule() -> None:
     optimum = brute_force(problem)
     assert split_only > optimum and objective_bound(rank_bounds(problem, bound_passes(problem)), "makespan") <= optimum
     # CP-SAT places split passes; which backwards to fuse is not searched (adjacent B, W are fused after)
-    assert optimum - 1e-9 <= solve(problem, time_limit=5).objective <= 1.05 * optimum
+    assert optimum - 1e-9 <= solve(problem, SearchOptions(time_limit=5)).objective <= 1.05 * optimum
 
 
 def test_the_overhead_fit_inverts_the_simulator() -> None:
@@ -199,6 +200,6 @@ def test_memory_limits_stay_in_paper_units_and_fused_backwards_meet_the_smallest
     assert parse_mem_limit("1p", prof).per_rank == (200.0, 200.0)  # p x the paper's stage mem_B
     assert min_feasible_limit(prof, linear(2)) == (90.0, 90.0)  # mem_B_torch: a fused backward frees all
     # 0.45p = 90 bytes: a split backward (I raises it to 160) cannot run, fused ones one at a time can
-    result = solve(make_problem(prof, "0.45p", "makespan"), time_limit=5)
+    result = solve(make_problem(prof, "0.45p", "makespan"), SearchOptions(time_limit=5))
     assert all(a.kind is not Kind.B for rank in result.schedule.ranks for a in rank)
     assert max(result.timeline.peak_memory(r) for r in range(2)) == 90.0

@@ -12,6 +12,7 @@ import pytest
 from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.search import budget as budget_module
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.budget import BUDGET, Budget
 from zbsearch.search.greedy.options import GreedyOptions
 from zbsearch.search.greedy.tune import uniform_starts
@@ -79,15 +80,15 @@ def test_solve_spends_the_tuning_share_it_is_given() -> None:
     assert len(uniform_starts(problem.placement, GreedyOptions("list"))) == 18
     base = Budget(cpsat_seconds_per_pass=1e6, tune_share=2 * BUDGET.tune_share)
 
-    tuned = solve(problem, time_limit=2, workers=1, budget=base)
+    tuned = solve(problem, SearchOptions(time_limit=2, workers=1, budget=base))
     assert tuned.details.tuned_start is not None
-    assert tuned.details.tuned_start["found_at_evaluation"] > 18
+    assert tuned.details.tuned_start.found_at_evaluation > 18
     assert tuned.start_heuristic == "greedy(list,per-rank)"
     assert check(tuned.schedule, profile, problem.limit).ok
 
-    untuned = solve(problem, time_limit=2, workers=1, budget=dataclasses.replace(base, tune_share=0.0))
+    untuned = solve(problem, SearchOptions(time_limit=2, workers=1, budget=dataclasses.replace(base, tune_share=0.0)))
     assert untuned.details.tuned_start is None
     assert not untuned.start_heuristic.startswith("greedy(list,per-rank")
     assert untuned.objective > tuned.objective
-    assert tuned.details.tuned_start["from"] == untuned.start_heuristic  # it improved on the same start
+    assert tuned.details.tuned_start.replaced == untuned.start_heuristic  # it improved on the same start
     assert untuned.lower_bound == tuned.lower_bound      # the bounds do not depend on the tuning share

@@ -232,7 +232,7 @@ def solve(
     heuristic it started from. --placement auto tries dualpipe (two parameter copies per rank) only with
     --allow-param-copies."""
     # defers OR-Tools (the solver) until a command solves: `zbsearch --help` and `list` stay quick
-    from ..search.entry.find_plan import Progress, find_plan, problems_for
+    from ..search.entry.find_plan import Progress, SearchOptions, find_plan, problems_for
     # defers OR-Tools, as above (the split search solves)
     from . import split
 
@@ -255,7 +255,7 @@ def solve(
         def on_event(event: Progress) -> None:
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 
-        result = find_plan(prof, request, time_limit=time_limit, workers=workers, seed=seed, progress=on_event)
+        result = find_plan(prof, request, SearchOptions(time_limit, workers, seed, progress=on_event))
     report = result.report()
     if output is not None:
         result.schedule.save(output)

@@ -17,6 +17,7 @@ from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, Plac
     StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, load_cli_profile, naming, parse_limit,
     problem_for_schedule)
 from .params import IntList, StrList, parse_figure_formats, parse_microbatch_list, parse_str_list
+from ..search.options import SearchOptions
 from ..studies import compare as cmp
 from ..report.plot import require_matplotlib
 from ..core.ir import Schedule
@@ -106,8 +107,8 @@ def compare_command(
     with progress_bar("compare") as progress, naming(options):
         comp = cmp.compare(
             prof, microbatches=list(m) if m else None, limits=list(mem_limits), schedules=schedules,
-            objective=objective, time_limit=time_limit, placement=placement, chunks=chunks,
-            with_torch=False if no_torch else None, workers=workers, seed=seed, progress=progress)
+            objective=objective, options=SearchOptions(time_limit, workers, seed), placement=placement, chunks=chunks,
+            with_torch=False if no_torch else None, progress=progress)
     comp.command = "zbsearch " + " ".join(_quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     written = cmp.write(comp, output, list(figures))
     out = stdout_console()

@@ -54,21 +54,21 @@ def split_table(result: SolveResult) -> Table:
     facts = result.details.partition.facts
     bytes_unit = result.problem.profile.memory_unit == "bytes"
     show = fmt_bytes if bytes_unit else fmt_number
-    table = Table(title=f"split ({facts['rule']}): layers per chunk {','.join(map(str, facts['layers_per_chunk']))}",
+    table = Table(title=f"split ({facts.rule}): layers per chunk {','.join(map(str, facts.layers_per_chunk))}",
                   title_justify="left")
-    recompute = any("recomputed" in row for row in facts["ranks"])
+    recompute = any(row.recompute for row in facts.ranks)
     for col in ("rank", "layers", "static", "peak activations", "total", "cap", "fits") + \
             (("recomputed", "microbatches", "+time", "saved F->I") if recompute else ()):
         table.add_column(col, justify="left" if col == "layers" else "right",
                          overflow="fold" if col == "layers" else "ellipsis")
-    for row in facts["ranks"]:
-        layers = "\n".join(layer_range(tuple(c["layers"])) for c in row["chunks"])
-        cap = row["cap_bytes"]
-        cells = [str(row["rank"]), layers, show(row["static_bytes"]), show(row["peak_activation_bytes"]),
-                 show(row["total_bytes"]), "-" if cap is None or math.isinf(cap) else show(cap),
-                 "yes" if row["fits"] else "NO"]
+    for row in facts.ranks:
+        layers = "\n".join(layer_range(names) for _, names in row.chunks)
+        cap = row.cap_bytes
+        cells = [str(row.rank), layers, show(row.static_bytes), show(row.peak_activation_bytes),
+                 show(row.total_bytes), "-" if cap is None or math.isinf(cap) else show(cap),
+                 "yes" if row.fits else "NO"]
         if recompute:
-            cells += _recompute_cells(row, show)
+            cells += _recompute_cells(row.recompute, show)
         table.add_row(*cells)
     return table
 

@@ -68,3 +68,16 @@ class Status(_Word):
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
     UNKNOWN = "unknown"
+
+
+# Relative tolerance under which a value counts as equal to its lower bound (proven optimal).
+OPTIMAL_RTOL = 1e-9
+
+
+def status_for(value: float, bound: float) -> Status:
+    """Optimal where `value` meets the proven lower `bound` (within OPTIMAL_RTOL), else feasible.
+
+    >>> status_for(10.0, 10.0), status_for(10.0, 9.0)
+    (<Status.OPTIMAL: 'optimal'>, <Status.FEASIBLE: 'feasible'>)
+    """
+    return Status.OPTIMAL if value <= bound * (1 + OPTIMAL_RTOL) else Status.FEASIBLE

@@ -23,7 +23,8 @@ until `split_search_share` x T, polishes the best with `solve` until (1 - `split
 and tightens the bound over every split in what is left.
 
 Every share below names the command that measured it; run it on another machine to check the share
-holds there. `BUDGET` is the default every phase reads; `solve(..., budget=...)` takes another.
+holds there. Every phase reads the Budget of the SearchOptions it is given (search/options.py);
+`BUDGET` is only their default.
 """
 
 from __future__ import annotations

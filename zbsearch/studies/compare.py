@@ -36,6 +36,7 @@ from ..core.memory import parse_mem_limit
 from ..core.objective import OBJECTIVES
 from ..core.profile import Profile
 from ..schedules import REGISTRY
+from ..search.options import SearchOptions
 from .figures import chart_title, figure_paths, gantt_charts, pareto_points, write_figures
 from .rows import (SOURCES, TORCH_BUILTINS, Comparison, Row, Skipped, display_name, fixed_rows,
     handcrafted_schedule, solved_row, summary_row, torch_available, torch_schedule)
@@ -108,9 +109,7 @@ class _Plan:
     chunks: int | None
     solve: bool
     placement: str
-    time_limit: float
-    workers: int
-    seed: int
+    options: SearchOptions
 
     def steps_per_count(self) -> int:
         return len(self.handcrafted) + len(self.torch) + (len(self.limits) if self.solve else 0)
@@ -139,13 +138,11 @@ def compare(
     limits: Sequence[str] = ("1p", "2p"),
     schedules: str | Sequence[str] = "all",
     objective: str = "makespan",
-    time_limit: float = 30.0,
+    options: SearchOptions = SearchOptions(),
     placement: str = "linear",
     chunks: int | None = None,
     with_torch: bool | None = None,
     solve: bool = True,
-    workers: int = 2,
-    seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> Comparison:
     """Compare schedules on `profile` at each memory limit.
@@ -154,8 +151,8 @@ def compare(
     type them (`1p`, `2p`, `40GiB`, `none`); zbsearch is solved at each. `schedules`: `all` (every
     handcrafted schedule and, when torch is installed, torch's built-ins), `handcrafted`, `torch`,
     `none`, or a list of registry and torch names. `objective`: `makespan` or `span`, which bubble
-    rate the rows show and what zbsearch minimizes. `time_limit`: seconds per zbsearch solve (one per
-    microbatch count and limit). `placement`: zbsearch's (linear, interleaved:V, v or auto).
+    rate the rows show and what zbsearch minimizes. `options`: each zbsearch solve's (one per
+    microbatch count and limit; its time limit is each solve's). `placement`: zbsearch's (linear, interleaved:V, v or auto).
     `chunks`: chunks per rank for interleaved-1f1b (default 2). `with_torch`: None includes torch's
     built-ins when torch is installed, False never, True requires them. `solve`: False leaves zbsearch
     out. `progress`: called with (done, total, label) before each step.
@@ -167,14 +164,14 @@ def compare(
     limits = _checked_limits(profile, limits, objective)
     ms = tuple(dict.fromkeys(microbatches)) if microbatches is not None else (profile.microbatches,)
     hand, torch = select_schedules(schedules, with_torch)
-    plan = _Plan(limits, objective, hand, torch, chunks, solve, placement, time_limit, workers, seed)
+    plan = _Plan(limits, objective, hand, torch, chunks, solve, placement, options)
     steps = _Steps(progress, len(ms) * plan.steps_per_count())
     rows: list[Row] = []
     skipped: list[Skipped] = []
     for m in ms:
         rows += _rows_at(profile.with_microbatches(m), plan, steps, skipped)
     steps.finish()
-    return Comparison(profile, objective, limits, ms, rows, skipped, time_limit, placement)
+    return Comparison(profile, objective, limits, ms, rows, skipped, options.time_limit, placement)
 
 
 def _checked_limits(profile: Profile, limits: Sequence[str], objective: str) -> tuple[str, ...]:
@@ -231,8 +228,7 @@ def _solved_rows(prof: Profile, plan: _Plan, steps: _Steps, skipped: list[Skippe
     for text in plan.limits:
         steps(f"m={m} zbsearch at {text}")
         try:
-            rows.append(solved_row(prof, text, plan.objective, placement=plan.placement, time_limit=plan.time_limit,
-                                   workers=plan.workers, seed=plan.seed))
+            rows.append(solved_row(prof, text, plan.objective, placement=plan.placement, options=plan.options))
         except InfeasibleError as exc:
             skipped.append(Skipped(m, f"zbsearch at {text}", str(exc)))
     return rows

@@ -28,6 +28,7 @@ from ..core.plan_record import Split
 from ..core.profile import Profile
 from ..interop.run.model import plan_profiled_model, predicted_profile, seconds_per_unit
 from ..schedules import generate
+from ..search.options import SearchOptions
 from ..search.problem import make_problem
 from ..sim.simulate import simulate
 from ..interop.formats.torch_import import torch_builtin
@@ -142,7 +143,7 @@ def _solve(request: StudyRequest, variants: dict[str, Profile], progress: Progre
                 progress(f"solving on the {name} profile at {limit}")
             problems = [make_problem(run_profile(variant, base, shapes[pl]), limit, "makespan", pl)
                         for pl in SOLVE_PLACEMENTS]
-            result = solve_placements(problems, time_limit=request.solve_seconds)
+            result = solve_placements(problems, SearchOptions(time_limit=request.solve_seconds))
             schedule = result.schedule
             if schedule.placement.num_chunks != p:
                 chunks = plan_profiled_model(shapes["v"], base, check=False).chunks

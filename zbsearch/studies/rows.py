@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ..core.ir import Schedule
 from ..core.memory import parse_mem_limit
+from ..search.options import SearchOptions
 from ..search.problem import make_problems
 from ..core.profile import Profile
 from ..schedules import REGISTRY, generate
@@ -131,14 +132,14 @@ def fixed_rows(schedule: Schedule, profile: Profile, limits: Sequence[str], obje
 
 
 def solved_row(profile: Profile, limit: str, objective: str, *, placement: str = "linear",
-               time_limit: float = 30.0, workers: int = 2, seed: int = 0) -> Row:
-    """zbsearch's best schedule at `limit`: exactly what `zbsearch solve --json` reports for the same
-    inputs. Raises InfeasibleError when no schedule fits the limit."""
+               options: SearchOptions = SearchOptions()) -> Row:
+    """zbsearch's best schedule at `limit`, solved with `options`: exactly what `zbsearch solve --json`
+    reports for the same inputs. Raises InfeasibleError when no schedule fits the limit."""
     # defers OR-Tools until a row is solved
     from ..search.solve import driver as search
 
     problems = make_problems(profile, limit, objective, placement, AUTO_PLACEMENTS)
-    result = search.solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed)
+    result = search.solve_placements(problems, options)
     report = result.report()
     start = report.start_heuristic
     row = summary_row(report.summary, result.timeline, name="zbsearch", source="zbsearch", limit=limit,

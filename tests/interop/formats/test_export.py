@@ -19,6 +19,7 @@ from zbsearch.cli.app import app
 from zbsearch.core.errors import ScheduleError, ZbsearchError
 from zbsearch.interop.formats.export import FORMATS, chrome_trace, export, plan_json, render, torch_csv
 from zbsearch.core.ir import Action, Schedule, build, interleaved, linear, vshape
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import REGISTRY, generate
@@ -71,7 +72,7 @@ def solver_schedules() -> list[Schedule]:
     out = []
     for placement in ("linear", "v", "interleaved:2"):
         problem = make_problem(uniform_profile(1, 2, 1, p=4, m=6), "2p", "makespan", placement)
-        out.append(solve(problem, time_limit=5, workers=1).schedule)
+        out.append(solve(problem, SearchOptions(time_limit=5, workers=1)).schedule)
     return out
 
 

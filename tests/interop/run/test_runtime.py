@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.core.errors import DependencyError, RunError
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.problem import make_problem
 from zbsearch.core.profile import uniform_profile
 from zbsearch.schedules import generate
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.torch
 
 def solver_schedule():
     problem = make_problem(uniform_profile(1, 2, 1, p=4, m=4), "1p", "makespan", "linear")
-    return solve(problem, time_limit=5, workers=1).schedule
+    return solve(problem, SearchOptions(time_limit=5, workers=1)).schedule
 
 
 def check(result, schedule, steps: int, kinds: set[str]) -> None:

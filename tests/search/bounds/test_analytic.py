@@ -10,6 +10,7 @@ import pytest
 
 import itertools
 
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.bounds.analytic import lower_bound, most_that_fits, rank_bounds
 from zbsearch.search.problem import Problem, make_problem
 from zbsearch.core.profile import Profile, uniform_profile
@@ -166,7 +167,7 @@ def test_the_arrival_bound_stays_below_the_optimum(monkeypatch, limit, objective
     problem = _v_with_a_head(limit, objective)
     bound = lower_bound(problem)
     tell_cpsat_no_bounds(monkeypatch)
-    result = solve(problem, time_limit=20)
+    result = solve(problem, SearchOptions(time_limit=20))
     assert result.status == "optimal"
     assert bound <= result.objective + 1e-9
 
@@ -210,7 +211,7 @@ def test_v_bounds_with_a_head_stay_below_every_splits_optimum(monkeypatch, seed,
     assert bounds, "the test needs at least one feasible split"
     tell_cpsat_no_bounds(monkeypatch)
     for counts, (own, cheap, problem) in bounds.items():
-        result = solve(problem, time_limit=20)
+        result = solve(problem, SearchOptions(time_limit=20))
         assert result.status == "optimal"
         assert own <= result.objective + 1e-9, counts
         assert cheap <= result.objective + 1e-9, counts
@@ -238,7 +239,7 @@ def test_bound_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, se
     problem = make_problem(prof, limit, objective, placement)
     bound = lower_bound(problem)
     tell_cpsat_no_bounds(monkeypatch)
-    result = solve(problem, time_limit=20)
+    result = solve(problem, SearchOptions(time_limit=20))
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert bound <= result.objective + 1e-9
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from zbsearch.core.profile import Profile
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
 from zbsearch.search.solve.starts import heuristic_start
 from zbsearch.search.problem import make_problem
@@ -81,7 +82,7 @@ def test_nesting_never_exceeds_the_optimum_cpsat_proves_without_it(monkeypatch, 
     nested = max(b.nested + (b.head if objective == "makespan" else 0.0)
                  for b in rank_bounds(problem, bound_passes(problem)))
     tell_cpsat_no_bounds(monkeypatch)
-    result = solve(problem, time_limit=20)
+    result = solve(problem, SearchOptions(time_limit=20))
     assert result.status == "optimal", "the instance is meant to be small enough for CP-SAT to prove"
     assert 0 < nested <= result.objective + 1e-9
 

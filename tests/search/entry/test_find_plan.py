@@ -49,7 +49,7 @@ def test_the_call_and_the_cli_give_the_same_plan(tmp_path: Path, llama: Path, wh
                                                  flags: list[str], seconds: float) -> None:
     path = H100 if which == "h100" else llama
     report, written = _cli(tmp_path, path, *flags, "--time-limit", str(seconds))
-    result = zb.find_plan(zb.load_profile(path), zb.PlanRequest(**fields), time_limit=seconds, workers=1)
+    result = zb.find_plan(zb.load_profile(path), zb.PlanRequest(**fields), zb.SearchOptions(seconds, workers=1))
     assert result.report().to_dict()["objective_value"] == report["objective_value"]
     assert result.schedule.to_dict()["actions"] == written["actions"]
     assert result.schedule.plan.to_json() == written["plan"]
@@ -58,7 +58,7 @@ def test_the_call_and_the_cli_give_the_same_plan(tmp_path: Path, llama: Path, wh
 
 def test_the_plan_records_what_it_was_made_under(tmp_path: Path) -> None:
     result = zb.find_plan(zb.load_profile(H100), zb.PlanRequest("auto", dp_shard=8, sharding="zero1"),
-                          time_limit=0.5, workers=1)
+                          zb.SearchOptions(0.5, workers=1))
     plan = result.schedule.plan
     assert (plan.sharding.degree, plan.sharding.how) == (8, "zero1")
     assert plan.mem_limit == "auto" and plan.memory_model == result.problem.profile.memory_model
@@ -76,5 +76,5 @@ def test_the_plan_records_what_it_was_made_under(tmp_path: Path) -> None:
 ])
 def test_errors_carry_the_request_field_they_are_about(fields: dict, subject: str) -> None:
     with pytest.raises(ZbsearchError) as info:
-        zb.find_plan(zb.load_profile(H100), zb.PlanRequest(**fields), time_limit=0.1)
+        zb.find_plan(zb.load_profile(H100), zb.PlanRequest(**fields), zb.SearchOptions(0.1))
     assert info.value.subject == subject and "\n" not in str(info.value)

@@ -15,6 +15,7 @@ from zbsearch.core.ir import Kind
 from zbsearch.core.objective import Status
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile, uniform_profile
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
 from zbsearch.search.exact import cpsat, run_model
 from zbsearch.search.problem import make_problem, on_grid
@@ -53,7 +54,7 @@ def test_cpsat_fuses_backwards_where_b_raises_memory(cap: str, best: float) -> N
     search = SplitSearch(SplitRequest(_repro_profile(), 2, ("linear",), cap, "makespan"), math.inf)
     problem = search.problem(parse_placement("linear", 2), (3, 3))
     assert all(c.mem_W > 4 * c.mem_B for c in problem.chunk_costs)
-    result = solve(problem, time_limit=10)
+    result = solve(problem, SearchOptions(time_limit=10))
     assert check(result.schedule, problem.profile, problem.limit).ok
     assert result.details.cpsat_status is not Status.INFEASIBLE
     assert all(r.rejected is None for r in result.details.grid_rounds)

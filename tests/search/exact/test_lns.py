@@ -10,6 +10,7 @@ import pytest
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.profile import Profile
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.exact import lns
 from zbsearch.search.exact.cpsat import choose_step
 from zbsearch.search.problem import Problem, on_grid
@@ -83,7 +84,7 @@ def test_lns_improves_a_poor_start_and_the_result_validates(limit):
     assert before.ok and before.timeline is not None
     found = lns.improve(problem, start, time.monotonic() + 6, workers=1)
     assert found is not None
-    schedule, timeline, obj, stats = found
+    schedule, timeline, obj, stats = found.schedule, found.timeline, found.objective, found.stats
     # Microbatches one after another leave almost every rank idle: any window frees some of it.
     assert obj < before.timeline.span * 0.9
     assert stats.improved >= 1
@@ -100,7 +101,7 @@ def test_lns_on_the_v_shape_keeps_memory_and_never_gets_worse():
     start = with_backwards_split(one_at_a_time(problem))
     found = lns.improve(problem, start, time.monotonic() + 4, workers=1)
     assert found is not None
-    schedule, _, obj, stats = found
+    schedule, obj, stats = found.schedule, found.objective, found.stats
     assert stats.rejected == 0
     validate(schedule, problem.profile, problem.limit)
     assert obj <= simulate(start, problem.profile).span
@@ -129,8 +130,8 @@ def test_windows_keep_forwards_and_backwards_in_microbatch_order(limit):
     problem = _problem(4, 10, seed=11, limit=limit)
     start = with_backwards_split(one_at_a_time(problem))
     found = lns.improve(problem, start, time.monotonic() + 3, workers=1)
-    assert found is not None and found[3].improved >= 1
-    assert_forwards_and_backwards_in_microbatch_order(found[0])
+    assert found is not None and found.stats.improved >= 1
+    assert_forwards_and_backwards_in_microbatch_order(found.schedule)
 
 
 def test_an_invalid_start_is_refused():
@@ -143,7 +144,7 @@ def test_an_invalid_start_is_refused():
 
 def test_solve_runs_the_search_when_the_full_model_is_skipped():
     problem = _problem(4, 12, seed=9, limit="0.75p")
-    result = solve(problem, time_limit=8, workers=1, budget=Budget(cpsat_seconds_per_pass=1e6))
+    result = solve(problem, SearchOptions(time_limit=8, workers=1, budget=Budget(cpsat_seconds_per_pass=1e6)))
     assert result.details.cpsat_status.startswith("skipped")
     assert result.details.lns is not None and result.details.lns.windows >= 1
     assert result.objective <= result.heuristic_objective
@@ -158,6 +159,6 @@ def test_a_window_holding_every_pass_solved_to_optimality_ends_the_search() -> N
     start = with_backwards_split(one_at_a_time(problem))
     found = lns.improve(problem, start, time.monotonic() + 30, workers=1)
     assert found is not None
-    schedule, timeline, objective, stats = found
+    schedule, timeline, objective, stats = found.schedule, found.timeline, found.objective, found.stats
     assert stats.settled and stats.windows == 1
     assert check(schedule, problem.profile, problem.limit).ok

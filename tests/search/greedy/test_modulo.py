@@ -82,8 +82,9 @@ def test_periodic_start_wins_on_a_tight_v_split() -> None:
     assert periodic_applies(problem)
     first = heuristic_start(problem)
     tl = first.timeline
-    start, info = periodic_start(problem, first, time.monotonic() + 60)
-    assert info is not None and info["from"] == first.name
+    found_start = periodic_start(problem, first, time.monotonic() + 60)
+    start = found_start.start
+    assert found_start.origin is not None and found_start.origin.replaced == first.name
     assert start.objective < 0.95 * tl.makespan
     assert check(start.schedule, problem.profile, problem.limit).ok
     found = best_periodic(problem, time.monotonic() + 60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.budget import Budget
 from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit as parse_limit
@@ -97,7 +98,7 @@ def test_solve_starts_from_the_tuned_greedy():
     # Half the time to the tuning, a second or two: time-bounded, so a busy machine finds less.
     prof = hetero_12()
     problem = make_problem(prof, "0.75p", "span")
-    result = solve(problem, time_limit=4, workers=1, budget=Budget(tune_share=0.5))
+    result = solve(problem, SearchOptions(time_limit=4, workers=1, budget=Budget(tune_share=0.5)))
     assert result.details.tuned_start is not None
     assert result.start_heuristic.startswith("greedy(list,per-rank")
     assert result.heuristic_objective < 12522

@@ -13,6 +13,7 @@ from zbsearch.core.errors import InfeasibleError
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
 from zbsearch.core.recompute_choice import with_recompute
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition.recompute import least_memory, search_with_recompute
 from zbsearch.search.partition.search import SplitRequest, SplitSearch, any_split_bound_of, search_splits
 from zbsearch.search.solve.driver import solve
@@ -55,7 +56,7 @@ def test_the_bound_holds_over_every_split_and_every_recompute_choice(seed, cap, 
         search = SplitSearch(SplitRequest(with_recompute(prof, levels, restage=False), 2, (placement,), cap, "makespan"), math.inf)
         for counts in all_splits(len(prof.layers), len(pl.routes[0])):
             try:
-                result = solve(search.problem(pl, counts), time_limit=10)
+                result = solve(search.problem(pl, counts), SearchOptions(time_limit=10))
             except InfeasibleError:
                 continue
             best = min(best, result.objective)  # a valid plan of this split and choice (optimal or not)
@@ -63,7 +64,7 @@ def test_the_bound_holds_over_every_split_and_every_recompute_choice(seed, cap, 
     relaxed = SplitRequest(Profile.from_dict({**prof.to_dict(), "layers": [x.to_dict() for x in
                                                                            least_memory(prof.layers)]}),
                            2, (placement,), cap, "makespan")
-    bound, _ = any_split_bound_of(relaxed, SplitSearch(relaxed, math.inf), best, None)
+    bound = any_split_bound_of(relaxed, SplitSearch(relaxed, math.inf), best, None).value
     assert bound <= best * (1 + 1e-9)
 
 
@@ -72,14 +73,14 @@ def test_where_memory_throttles_the_plan_auto_recomputes_and_is_faster() -> None
     costs a tenth of a forward lets several microbatches be in flight."""
     prof = profile([block(i, 1.0, 0.1) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
-    plain = search_splits(request, time_limit=6)
-    auto = search_with_recompute(request, time_limit=8)
-    ranks = auto.details.partition.facts["ranks"]
-    assert any(row.get("recomputed") for row in ranks)
+    plain = search_splits(request, SearchOptions(time_limit=6))
+    auto = search_with_recompute(request, SearchOptions(time_limit=8))
+    ranks = auto.details.partition.facts.ranks
+    assert any(row.recompute.get("recomputed") for row in ranks)
     assert auto.objective < plain.objective * 0.95
     assert auto.lower_bound <= auto.objective
     assert auto.schedule.plan.levels
-    assert auto.details.partition.rule == auto.details.partition.facts["rule"] == "auto"  # not the polish's fixed:
+    assert auto.details.partition.rule == auto.details.partition.facts.rule == "auto"  # not the polish's fixed:
 
 
 def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
@@ -88,12 +89,12 @@ def test_auto_recomputes_only_the_microbatches_that_need_it(tmp_path) -> None:
     the plan file, validated on the profile, is costed as the search costed it."""
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
-    auto = search_with_recompute(request, time_limit=8)
+    auto = search_with_recompute(request, SearchOptions(time_limit=8))
     chosen = auto.schedule.plan.recompute_microbatches
-    counts = [n for row in auto.details.partition.facts["ranks"] for n in row.get("recomputed_microbatches", [])]
+    counts = [n for row in auto.details.partition.facts.ranks for n in row.recompute.get("recomputed_microbatches", [])]
     assert any(0 < n < 8 for n in counts), (chosen, counts)
     recomputing = sum(len(entry) if entry is not None else 8 for entry in chosen)
-    every = search_splits(replace_request(request, auto), time_limit=6)
+    every = search_splits(replace_request(request, auto), SearchOptions(time_limit=6))
     assert auto.objective <= every.objective + 1e-9  # the same levels on every microbatch cost no less
     assert recomputing < 8 * sum(1 for entry in chosen if entry is None or entry)  # entries that are not empty
     assert_validates_as_searched(tmp_path, prof, auto, "16GiB")
@@ -126,18 +127,18 @@ def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> No
     given, auto walks from them and is never slower than either."""
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
-    plain = search_splits(request, time_limit=4)
+    plain = search_splits(request, SearchOptions(time_limit=4))
     from zbsearch.search.partition.recompute import everything
-    full = search_splits(everything(request), time_limit=4)
+    full = search_splits(everything(request), SearchOptions(time_limit=4))
     began = time.monotonic()
-    layers = search_with_recompute(request, time_limit=6, per_microbatch=False, starts=(plain, full))
+    layers = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=False, starts=(plain, full))
     wall = time.monotonic() - began
     # What the report says: the whole call's seconds and the joint searches' splits, not the polish's.
     assert wall - 0.2 <= layers.solve_seconds <= wall
     assert layers.details.partition.splits_scored >= sum(x.details.partition.splits_scored for x in (plain, full))
     assert layers.schedule.plan.split is not None and layers.schedule.plan.recompute_microbatches is None
     assert layers.objective <= min(plain.objective, full.objective) + 1e-9
-    chosen = search_with_recompute(request, time_limit=6, starts=(plain, full))
+    chosen = search_with_recompute(request, SearchOptions(time_limit=6), starts=(plain, full))
     assert chosen.objective <= min(plain.objective, full.objective) + 1e-9
     assert chosen.lower_bound <= chosen.objective
 
@@ -146,12 +147,12 @@ def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "10GiB", "makespan")
     from zbsearch.search.partition.recompute import joint
-    without = joint(request, time_limit=3)
+    without = joint(request, SearchOptions(time_limit=3))
     assert isinstance(without, InfeasibleError) and "raise the limit to at least that" in str(without)
     assert "10.6 GiB" in str(without)  # the least cap without recompute
-    auto = search_with_recompute(request, time_limit=6)
+    auto = search_with_recompute(request, SearchOptions(time_limit=6))
     assert auto.schedule.plan.levels
-    assert all(row["fits"] for row in auto.details.partition.facts["ranks"])
+    assert all(row.fits for row in auto.details.partition.facts.ranks)
 
 
 def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
@@ -164,8 +165,8 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
 
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
-    plain = search_splits(request, time_limit=3)
-    chosen = choose_on_every_chunk(request, plain, time.monotonic() + 4, 2, 0, all_full(request))
+    plain = search_splits(request, SearchOptions(time_limit=3))
+    chosen = choose_on_every_chunk(request, plain, time.monotonic() + 4, SearchOptions(), all_full(request))
     assert chosen.objective < plain.objective * 0.9
     plan = chosen.schedule.plan
     lists = plan.recompute_microbatches

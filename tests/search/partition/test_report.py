@@ -68,7 +68,7 @@ def test_split_facts_on_the_v_shape_under_a_byte_cap() -> None:
     # V on 2 ranks, (1, 2, 2, 1): rank 0 holds chunk 0 (layer 0) and chunk 3 (layer 5); rank 1 chunk 1
     # (layers 1-2) and chunk 2 (layers 3-4). Static bytes: 1 + 6 = 7 GiB and 2 + 3 + 4 + 5 = 14 GiB.
     result = _result(vshape(2), (1, 2, 2, 1), "40GiB")
-    facts = split_facts(result, "auto")
+    facts = split_facts(result, "auto").to_dict()
     assert list(facts) == ["rule", "layers_per_chunk", "chunks", "ranks"]
     assert facts["rule"] == "auto" and facts["layers_per_chunk"] == [1, 2, 2, 1]
     assert facts["chunks"] == [["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
@@ -86,7 +86,7 @@ def test_split_facts_on_the_v_shape_under_a_byte_cap() -> None:
 
 
 def test_split_facts_give_no_byte_cap_for_a_multiple_of_p() -> None:
-    facts = split_facts(_result(linear(2), (2, 3), "2p"), "even")
+    facts = split_facts(_result(linear(2), (2, 3), "2p"), "even").to_dict()
     assert facts["rule"] == "even" and facts["layers_per_chunk"] == [2, 3]
     assert all(rank["cap_bytes"] is None and rank["fits"] for rank in facts["ranks"])
     assert [len(rank["chunks"]) for rank in facts["ranks"]] == [1, 1]
@@ -94,7 +94,7 @@ def test_split_facts_give_no_byte_cap_for_a_multiple_of_p() -> None:
 
 def test_split_facts_count_layers_along_one_route_on_dualpipe() -> None:
     # DualPipe's two routes (chunks 0, 1 and 2, 3) carry the same split: two counts, four chunks.
-    facts = split_facts(_result(dualpipe(2), (2, 3), "2p"), "auto")
+    facts = split_facts(_result(dualpipe(2), (2, 3), "2p"), "auto").to_dict()
     assert facts["layers_per_chunk"] == [2, 3]
     assert facts["chunks"][0] == facts["chunks"][2] == ["layers.0", "layers.1"]
     assert facts["chunks"][1] == facts["chunks"][3] == ["layers.2", "layers.3", "layers.4"]
@@ -109,6 +109,6 @@ def test_a_rank_over_its_limit_does_not_fit() -> None:
     schedule = generate("gpipe", 2, 4)
     tl = simulate(schedule, prof)
     result = SolveResult(problem, schedule, tl, tl.makespan, 0.0, Status.FEASIBLE, 0.0, "gpipe", tl.makespan)
-    ranks = split_facts(result, "fixed")["ranks"]
+    ranks = split_facts(result, "fixed").to_dict()["ranks"]
     assert ranks[0]["peak_activation_bytes"] == pytest.approx(12 * GiB)
     assert ranks[0]["fits"] is False

@@ -16,6 +16,7 @@ from zbsearch.core.errors import InfeasibleError, PartitionError
 from zbsearch.core.ir import linear, vshape
 from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition.search import (NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish,
     search_splits)
 from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound
@@ -83,7 +84,7 @@ def test_the_any_split_bound_is_below_every_splits_optimum(seed, placement, cap,
     optima = []
     for counts in all_splits(n, len(pl.routes[0])):
         try:
-            result = solve(search.problem(pl, counts), time_limit=20)
+            result = solve(search.problem(pl, counts), SearchOptions(time_limit=20))
         except InfeasibleError:
             continue
         assert result.status == "optimal"
@@ -119,7 +120,7 @@ def test_each_splits_cheap_bound_is_below_its_own_optimum(seed, placement, cap, 
     checked = 0
     for counts in all_splits(n, len(pl.routes[0])):
         try:
-            result = solve(search.problem(pl, counts), time_limit=20)
+            result = solve(search.problem(pl, counts), SearchOptions(time_limit=20))
         except InfeasibleError:
             assert split_bound(data, counts) == float("inf") or True  # a cheap bound may miss infeasibility
             continue
@@ -153,18 +154,18 @@ def test_the_bound_says_no_split_fits_when_none_does():
 def test_joint_search_beats_or_ties_the_named_splits_and_stays_under_the_cap():
     prof = layered(random_layers(9, 11), 8, comm=0.5)
     for rule in ("even", "balanced"):
-        fixed = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", rule), time_limit=5)
-        auto = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", "auto"), time_limit=10)
+        fixed = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", rule), SearchOptions(time_limit=5))
+        auto = search_splits(SplitRequest(prof, 3, ("linear",), "24GiB", "makespan", "auto"), SearchOptions(time_limit=10))
         assert auto.objective <= fixed.objective * (1 + 1e-9)
     report = check(auto.schedule, auto.problem.profile, auto.problem.limit)
     assert report.ok
     part = auto.details.partition
     assert part is not None
-    for rank in part.facts["ranks"]:
-        assert rank["total_bytes"] <= 24 * GiB * (1 + 1e-9) and rank["fits"]
+    for rank in part.facts.ranks:
+        assert rank.total_bytes <= 24 * GiB * (1 + 1e-9) and rank.fits
     assert auto.lower_bound == pytest.approx(min(auto.objective, part.any_split_bound))
-    assert sum(part.facts["layers_per_chunk"]) == 9
-    assert auto.schedule.plan.split.to_json()["chunks"] == part.facts["chunks"]
+    assert sum(part.facts.layers_per_chunk) == 9
+    assert auto.schedule.plan.split.to_json()["chunks"] == part.facts.to_dict()["chunks"]
 
 
 def test_past_its_time_the_joint_search_scores_one_named_split_per_placement():
@@ -173,10 +174,10 @@ def test_past_its_time_the_joint_search_scores_one_named_split_per_placement():
     valid plan still; with time, every one."""
     prof = layered(random_layers(9, 11), 8, comm=0.5)
     request = SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto")
-    rushed = search_splits(request, time_limit=0.0)
+    rushed = search_splits(request, SearchOptions(time_limit=0.0))
     assert rushed.details.partition.splits_scored == 2
     assert check(rushed.schedule, rushed.problem.profile, rushed.problem.limit).ok
-    roomy = search_splits(request, time_limit=4.0)
+    roomy = search_splits(request, SearchOptions(time_limit=4.0))
     assert roomy.details.partition.splits_scored > 2 * 3  # every named split (at least 3 a placement), and moves
 
 
@@ -208,7 +209,7 @@ def test_each_placement_reports_its_best_plan_beside_its_bound():
     """The joint answer is the best plan found on any placement, and each placement's best sits at or
     above that placement's bound over every split."""
     prof = layered(random_layers(10, 12), 8, comm=0.5)
-    auto = search_splits(SplitRequest(prof, 2, ("linear", "v"), "24GiB", "makespan", "auto"), time_limit=8)
+    auto = search_splits(SplitRequest(prof, 2, ("linear", "v"), "24GiB", "makespan", "auto"), SearchOptions(time_limit=8))
     assert auto.details.partition is not None
     by = auto.details.partition.any_split_bound_by_placement
     assert set(by) == {"linear", "v"}
@@ -223,13 +224,13 @@ def test_the_joint_searchs_bound_stays_below_every_splits_optimum():
     proven optimum of any split on either placement, nor the plan it returns."""
     prof = layered(random_layers(5, 3), 3)
     request = SplitRequest(prof, 2, ("linear", "v"), "20GiB", "makespan", "auto")
-    auto = search_splits(request, time_limit=8)
+    auto = search_splits(request, SearchOptions(time_limit=8))
     search, best = SplitSearch(request, 1e18), math.inf
     for name in ("linear", "v"):
         placement = parse_placement(name, 2)
         for counts in all_splits(5, len(placement.routes[0])):
             try:
-                result = solve(search.problem(placement, counts), time_limit=20)
+                result = solve(search.problem(placement, counts), SearchOptions(time_limit=20))
             except InfeasibleError:
                 continue
             assert result.status == "optimal"
@@ -267,7 +268,7 @@ def test_bad_rules_say_what_to_write(text, message):
 def test_a_layer_too_big_for_the_cap_is_named():
     prof = layered(random_layers(5, 3, static=6.0), 3)
     with pytest.raises(InfeasibleError, match=r"for any split: layer 'layers\.\d' alone needs"):
-        search_splits(SplitRequest(prof, 2, ("linear",), "9GiB", "makespan", "auto"), time_limit=2)
+        search_splits(SplitRequest(prof, 2, ("linear",), "9GiB", "makespan", "auto"), SearchOptions(time_limit=2))
 
 
 def test_cli_partition_errors_are_one_line(tmp_path):
@@ -303,7 +304,7 @@ def test_cli_partition_errors_are_one_line(tmp_path):
 def test_more_chunks_than_layers_is_a_clear_error(rule):
     prof = layered(random_layers(5, 1), 4)
     with pytest.raises(PartitionError, match="the model has 5 layers but placement 'v' on 3 ranks has 6 chunks"):
-        search_splits(SplitRequest(prof, 3, ("v",), None, "makespan", rule), time_limit=2)
+        search_splits(SplitRequest(prof, 3, ("v",), None, "makespan", rule), SearchOptions(time_limit=2))
 
 
 def test_a_cap_no_split_fits_names_the_least_cap_that_does():
@@ -314,10 +315,10 @@ def test_a_cap_no_split_fits_names_the_least_cap_that_does():
     with pytest.raises(InfeasibleError, match=r"infeasible for every split tried: on one stage per rank the least any "
                        rf"split needs is {math.ceil(least / GiB * 100) / 100:g} GiB per rank"):
         search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB - 0.5:g}GiB", "makespan", "auto"),
-                      time_limit=2)
-    fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), time_limit=2)
+                      SearchOptions(time_limit=2))
+    fits = search_splits(SplitRequest(prof, 2, ("linear",), f"{least / GiB:g}GiB", "makespan", "auto"), SearchOptions(time_limit=2))
     assert fits.details.partition is not None
-    assert all(rank["fits"] for rank in fits.details.partition.facts["ranks"])
+    assert all(rank.fits for rank in fits.details.partition.facts.ranks)
 
 
 def test_the_bound_line_names_the_placement_that_holds_the_bound_down():
@@ -409,7 +410,7 @@ def test_the_heaviest_layer_floor_reads_w_at_its_least(placement):
     prof = layered([heavy, *light], 8)
     pl = parse_placement(placement, 2)
     request = SplitRequest(prof, 2, (placement,), None, "makespan", "auto")
-    best = min(solve(SplitSearch(request, 1e18).problem(pl, counts), time_limit=10).objective
+    best = min(solve(SplitSearch(request, 1e18).problem(pl, counts), SearchOptions(time_limit=10)).objective
                for counts in all_splits(4, len(pl.routes[0])))
     assert best < 8 * 3
     assert _bound(request, pl) <= best * (1 + 1e-9)

@@ -10,6 +10,7 @@ import random
 import pytest
 from typer.testing import CliRunner
 
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.budget import Budget
 from zbsearch.search.bounds.analytic import lower_bound
 from zbsearch.cli.app import app
@@ -73,7 +74,7 @@ def test_tiny_instances_match_brute_force(p, m, seed, limit, objective):
     prof = hetero(p, m, seed)
     problem = Problem(prof, linear(p), m, parse_mem_limit(limit, prof), objective)
     optimum = brute_force(problem)
-    result = solve(problem, time_limit=20)
+    result = solve(problem, SearchOptions(time_limit=20))
     assert result.objective == pytest.approx(optimum)
     assert result.lower_bound <= optimum + 1e-9, "a lower bound above the true optimum is wrong"
     assert result.status == "optimal"
@@ -85,7 +86,7 @@ def test_tiny_instances_match_brute_force(p, m, seed, limit, objective):
 def test_result_validates_and_resimulates_to_its_objective(limit, objective):
     prof = hetero(4, 8, seed=7)
     problem = Problem(prof, linear(4), 8, parse_mem_limit(limit, prof), objective)
-    result = solve(problem, time_limit=10)
+    result = solve(problem, SearchOptions(time_limit=10))
     tl = validate(result.schedule, prof, problem.limit)
     assert (tl.makespan if objective == "makespan" else tl.span) == pytest.approx(result.objective)
     assert result.objective <= result.heuristic_objective + 1e-9
@@ -103,24 +104,24 @@ def test_memory_limit_exact_at_boundary():
     # 2 microbatches in flight on rank 0 of 2 ranks need exactly 1 x p x M_B = 2 M_B.
     prof = uniform_profile(1, 1, 1, p=2, m=4)
     at = Problem(prof, linear(2), 4, parse_mem_limit("1p", prof), "makespan")
-    result = solve(at, time_limit=5)
+    result = solve(at, SearchOptions(time_limit=5))
     assert max(result.timeline.peak_memory(r) for r in range(2)) <= 2.0 + 1e-12
     assert result.objective == pytest.approx(3 * 4 + 1)  # (p-1)F + m(F+B+W): the limit is enough
     below = Problem(prof, linear(2), 4, parse_mem_limit("0.999p", prof), "makespan")
-    assert solve(below, time_limit=5).objective > result.objective
+    assert solve(below, SearchOptions(time_limit=5)).objective > result.objective
 
 
 def test_infeasible_limit_states_the_minimum():
     prof = uniform_profile(1, 1, 1, p=4, m=8)
     with pytest.raises(InfeasibleError, match=r"minimum is 0\.25p"):
-        solve(make_problem(prof, "0.2p"), time_limit=5)
+        solve(make_problem(prof, "0.2p"), SearchOptions(time_limit=5))
 
 
 def test_chunked_placements_solve_to_valid_schedules():
     prof = uniform_profile(2, 2, 2, p=2, m=4)
     for placement in ("v", "interleaved:2"):
         problem = make_problem(prof, "1p", "makespan", placement)
-        result = solve(problem, time_limit=10)
+        result = solve(problem, SearchOptions(time_limit=10))
         assert result.schedule.placement == problem.placement
         validate(result.schedule, prof, problem.limit)
         assert result.lower_bound <= result.objective + 1e-9
@@ -158,7 +159,7 @@ def test_auto_placement_keeps_the_better_and_bounds_by_the_weaker():
     prof = uniform_profile(1, 1, 1, p=4, m=8)
     problems = make_problems(prof, "1p", "makespan", "auto")
     assert [pr.placement.name for pr in problems] == ["linear", "v"]
-    best = solve_placements(problems, time_limit=20)
+    best = solve_placements(problems, SearchOptions(time_limit=20))
     each = best.details.placements
     assert each is not None
     assert best.objective == min(v.objective for v in each.values())
@@ -172,7 +173,7 @@ def test_start_is_a_real_heuristic_when_other_placements_rank_first():
     stages = [{"F": 10 * k, "B": 10 * k, "W": 8 * k, "mem_B": k, "mem_W": k / 2} for k in (1.2, 1, 1, 1.5)]
     prof = Profile.from_dict({"stages": stages, "comm": 0.5, "microbatches": 8,
                               "source": {"kind": "estimated", "method": "test"}})
-    result = solve(make_problem(prof, "2p", "makespan"), time_limit=10)
+    result = solve(make_problem(prof, "2p", "makespan"), SearchOptions(time_limit=10))
     assert result.start_heuristic != "one-at-a-time"
     assert result.status == "optimal"
 
@@ -191,7 +192,7 @@ def test_cpsat_is_skipped_when_the_time_left_cannot_cover_the_model():
     # seed 1: the bounds leave a gap after the start (seed 7's start is proven optimal by them alone)
     prof = hetero(4, 8, seed=1)
     problem = Problem(prof, linear(4), 8, parse_mem_limit("1p", prof), "span")
-    result = solve(problem, time_limit=5, budget=Budget(cpsat_seconds_per_pass=1e6))
+    result = solve(problem, SearchOptions(time_limit=5, budget=Budget(cpsat_seconds_per_pass=1e6)))
     assert result.details.cpsat_status.startswith("skipped")
     # The time left goes to the large-neighbourhood search, which only ever keeps a better schedule.
     assert result.objective <= result.heuristic_objective

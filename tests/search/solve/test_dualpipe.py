@@ -20,6 +20,7 @@ from zbsearch.core.profile import Profile, uniform_profile
 from zbsearch.plan.closed_forms import closed_form, profile_for
 from zbsearch.schedules import generate
 from zbsearch.schedules.spec import PassTimes
+from zbsearch.search.options import SearchOptions
 from zbsearch.search.greedy import candidates as H
 from zbsearch.search.bounds.analytic import lower_bound, objective_bound, rank_bounds
 from zbsearch.search.bounds.relaxations import overlap_relaxation
@@ -89,7 +90,7 @@ def test_cli_auto_needs_allow_param_copies_for_dualpipe() -> None:
 def test_dualpipe_solve_validates_and_is_no_worse_than_dualpipe(times, limit, objective) -> None:
     prof = uniform_profile(*times, p=4, m=8)
     problem = make_problem(prof, limit, objective, "dualpipe")
-    result = solve(problem, time_limit=8)
+    result = solve(problem, SearchOptions(time_limit=8))
     assert result.schedule.placement == dualpipe(4)
     tl = validate(result.schedule, prof, problem.limit)
     cost = tl.makespan if objective == "makespan" else tl.span
@@ -102,7 +103,7 @@ def test_dualpipe_solve_validates_and_is_no_worse_than_dualpipe(times, limit, ob
 def test_uniform_dualpipe_makespan_is_proven() -> None:
     # F = B = W = 1, p = 4, m = 8, 2p: every rank works 24, and one forward of warm-up is unavoidable.
     prof = uniform_profile(1, 1, 1, p=4, m=8)
-    result = solve(make_problem(prof, "2p", "makespan", "dualpipe"), time_limit=8)
+    result = solve(make_problem(prof, "2p", "makespan", "dualpipe"), SearchOptions(time_limit=8))
     assert (result.objective, result.lower_bound, result.status) == (25.0, 25.0, "optimal")
     assert zb.simulate(generate("dualpipe", 4, 8), prof).makespan == 26.0
 
@@ -145,7 +146,7 @@ def test_tiny_two_route_instances_match_brute_force(seed: int, limit: str, objec
     problem = Problem(prof, dualpipe(2), 2, parse_mem_limit(limit, prof), objective)
     optimum = brute_force(problem)
     assert lower_bound(problem) <= optimum + 1e-9, "an analytic bound above the optimum is wrong"
-    result = solve(problem, time_limit=10)
+    result = solve(problem, SearchOptions(time_limit=10))
     assert result.objective == pytest.approx(optimum)
     assert result.lower_bound <= optimum + 1e-9
     assert result.status == "optimal"
@@ -243,7 +244,7 @@ def test_pairs_are_a_choice_only_where_the_profile_gives_their_time() -> None:
     paired = {n: t for n, t in found.items() if "f&b-pairs" in n}
     assert paired and min(paired.values()) < min(t for n, t in found.items() if n.startswith("greedy") and n not in paired)
     problem = make_problem(prof, "2p", "makespan", "dualpipe")
-    result = solve(problem, time_limit=6)
+    result = solve(problem, SearchOptions(time_limit=6))
     validate(result.schedule, prof, problem.limit)
     assert result.objective == 23.0 and result.start_heuristic == "dualpipe"
     # The bound is the passes' at their shortest (0.75 of their time here), never CP-SAT's pairless one.

@@ -18,7 +18,9 @@ from zbsearch.core.profile import uniform_profile
 from zbsearch.search.bounds.analytic import rank_bounds
 from zbsearch.search.budget import Budget
 from zbsearch.search.problem import Problem
-from zbsearch.search.solve.grid import (MAX_RESOLUTION, OPTIMAL_RTOL, GridSearch, exact_step, grid_is_exact, horizon,
+from zbsearch.core.objective import OPTIMAL_RTOL
+from zbsearch.search.options import SearchOptions
+from zbsearch.search.solve.grid import (MAX_RESOLUTION, GridSearch, exact_step, grid_is_exact, horizon,
                                         real_bound, refine)
 from zbsearch.search.solve.starts import Start, heuristic_start, one_at_a_time, valid_start
 from zbsearch.sim.validate import check
@@ -91,9 +93,10 @@ def test_the_horizon_holds_the_incumbent(placement: Placement, objective: str, s
             assert latest * step >= max(b.head for b in bounds) + tl.span
 
 
-def _search(problem: Problem, deadline: float = 30.0) -> GridSearch:
+def _search(problem: Problem, deadline: float = 30.0, budget: Budget = Budget()) -> GridSearch:
     """The rounds' shared state: the problem's exact rank bounds, `deadline` seconds from now, one worker."""
-    return GridSearch(problem, rank_bounds(problem, problem.passes), time.monotonic(), deadline, 1, 0, True)
+    options = SearchOptions(workers=1, seed=0, resolution=20, budget=budget)
+    return GridSearch(problem, rank_bounds(problem, problem.passes), time.monotonic(), deadline, options, True)
 
 
 @pytest.mark.parametrize("shortfall", [0.0, OPTIMAL_RTOL / 2])
@@ -102,7 +105,7 @@ def test_refine_returns_a_start_that_meets_the_bound_unchanged(shortfall: float)
     start = valid_start(problem, one_at_a_time(problem))
     assert start is not None
     # A bound at the start's objective (or below it by less than the optimality tolerance) proves it.
-    run = refine(_search(problem), start, start.objective * (1 - shortfall), 20, Budget())
+    run = refine(_search(problem), start, start.objective * (1 - shortfall))
     assert run.best is start and run.rounds == () and run.cpsat_status == "not run"
     assert run.bound == pytest.approx(start.objective * (1 - shortfall))
 
@@ -111,9 +114,9 @@ def test_refine_runs_no_round_without_time_or_for_a_model_too_large_for_it() -> 
     problem = _problem(1, 1, 1, m=4, limit="1p")
     start = valid_start(problem, one_at_a_time(problem))
     assert start is not None
-    spent = refine(_search(problem, deadline=0.0), start, 1.0, 20, Budget())
+    spent = refine(_search(problem, deadline=0.0), start, 1.0)
     assert spent.best is start and spent.rounds == () and spent.cpsat_status == "not run"
-    slow = refine(_search(problem), start, 1.0, 20, Budget(cpsat_seconds_per_pass=1e6))
+    slow = refine(_search(problem, budget=Budget(cpsat_seconds_per_pass=1e6)), start, 1.0)
     assert slow.best is start and slow.rounds == () and slow.cpsat_status.startswith("skipped")
 
 
@@ -123,7 +126,7 @@ def test_refine_reaches_the_known_optimum_from_one_microbatch_at_a_time() -> Non
     problem = _problem(1, 1, 1, m=4, limit="1p")
     start = valid_start(problem, one_at_a_time(problem))
     assert start is not None and start.objective == pytest.approx(20.0)
-    run = refine(_search(problem), start, 12.0, 20, Budget())
+    run = refine(_search(problem), start, 12.0)
     assert run.best.objective == pytest.approx(13.0) and run.bound == pytest.approx(13.0)
     assert run.rounds and run.rounds[-1].cpsat_status is Status.OPTIMAL and run.rounds[-1].grid_step == 1.0
     assert isinstance(run.best, Start) and check(run.best.schedule, problem.profile, problem.limit).ok

@@ -102,7 +102,7 @@ def test_windows_start_from_fused_backwards_that_hold_too_much_split() -> None:
     assert any(a.kind is Kind.FULL_B for rank in kept_whole.ranks for a in rank)
     found = lns.improve(problem, kept_whole, time.monotonic() + 3)
     assert found is not None
-    schedule, timeline, objective, _ = found
+    schedule, timeline, objective = found.schedule, found.timeline, found.objective
     assert objective <= start.objective * (1 + 1e-9)
     report = check(schedule, problem.profile, problem.limit)
     assert report.ok and report.timeline is not None

@@ -12,10 +12,11 @@ from zbsearch.core.ir import linear
 from zbsearch.core.memory import parse_mem_limit
 from zbsearch.core.objective import Status
 from zbsearch.core.profile import uniform_profile
-from zbsearch.search.exact.lns import LnsStats
+from zbsearch.search.exact.lns_report import LnsStats
 from zbsearch.search.problem import Problem
-from zbsearch.search.solve.report import GridRound, PartitionDetails, PlacementOutcome, SolveDetails, SolveResult
-from zbsearch.search.solve.starts import one_at_a_time, valid_start
+from zbsearch.search.solve.report import (GridRound, PartitionDetails, PlacementOutcome, SolveDetails, SolveResult,
+                                          SplitFacts)
+from zbsearch.search.solve.starts import Origin, one_at_a_time, valid_start
 from zbsearch.sim.summary import summarize
 
 SEARCH_KEYS = ["objective", "objective_value", "lower_bound", "bubble_rate_lower_bound", "gap", "status",
@@ -23,7 +24,8 @@ SEARCH_KEYS = ["objective", "objective_value", "lower_bound", "bubble_rate_lower
 
 
 def _partition(origin: str | None) -> PartitionDetails:
-    return PartitionDetails("auto", 90.0, 85.0, {"linear": {"bound": 85.0}}, 12, {"rule": "auto"}, origin)
+    return PartitionDetails("auto", 90.0, 85.0, {"linear": {"bound": 85.0}}, 12, SplitFacts("auto", (2,), (("a", "b"),), ()),
+                            origin)
 
 
 def test_default_details_are_the_status_alone() -> None:
@@ -32,7 +34,7 @@ def test_default_details_are_the_status_alone() -> None:
 
 def test_every_detail_in_the_order_the_solver_reached_it() -> None:
     rounds = (GridRound(2.0, Status.OPTIMAL, 0.5), GridRound(1.0, Status.FEASIBLE, 1.25, "grid model infeasible"))
-    details = SolveDetails("feasible", "not used: pairs", {"from": "zb-h1"}, {"from": "greedy"}, rounds,
+    details = SolveDetails("feasible", "not used: pairs", Origin("zb-h1", 7), Origin("greedy"), rounds,
                            LnsStats(3, 2, 1, 0), None, 4, {"linear": PlacementOutcome(10.0, 9.0, Status.FEASIBLE)},
                            _partition("even"))
     out = details.to_dict()
@@ -43,9 +45,11 @@ def test_every_detail_in_the_order_the_solver_reached_it() -> None:
     # The last round's step, time and reason at top level; the rounds in order below.
     assert (out["grid_step"], out["cpsat_seconds"], out["rejected"]) == (1.0, 1.25, "grid model infeasible")
     assert out["grid_rounds"] == [r.to_dict() for r in rounds]
+    assert out["tuned_start"] == {"from": "zb-h1", "found_at_evaluation": 7}
+    assert out["periodic_start"] == {"from": "greedy"}
     assert out["placements"] == {"linear": {"objective": 10.0, "lower_bound": 9.0, "status": Status.FEASIBLE}}
     assert (out["lns_windows"], out["lns_accepted"], out["lns_improved"], out["lns_rejected"]) == (3, 2, 1, 0)
-    assert out["fused_backwards"] == 4 and out["partition"] == {"rule": "auto"} and out["split_origin"] == "even"
+    assert out["fused_backwards"] == 4 and out["partition"] == {"rule": "auto", "layers_per_chunk": [2], "chunks": [["a", "b"]], "ranks": []} and out["split_origin"] == "even"
 
 
 def test_the_solves_status_wins_over_the_last_rounds_and_keeps_its_place() -> None:

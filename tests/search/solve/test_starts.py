@@ -161,8 +161,8 @@ def test_an_optimal_start_is_kept_by_the_tuned_and_periodic_starts(placement: Pl
     problem = Problem(prof, placement, 4, parse_mem_limit("1p", prof, placement), "makespan")
     start = heuristic_start(problem)
     assert start.objective == pytest.approx(lower_bound(problem))  # the premise: proven optimal
-    kept, info = tuned_start(problem, start, time.monotonic() + 5, seed=0)
-    assert kept is start and info is None
+    kept = tuned_start(problem, start, time.monotonic() + 5, seed=0)
+    assert kept.start is start and kept.origin is None
     if periodic_applies(problem):
-        kept, info = periodic_start(problem, start, time.monotonic() + 5)
-        assert kept is start and info is None
+        kept = periodic_start(problem, start, time.monotonic() + 5)
+        assert kept.start is start and kept.origin is None

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ...core.ir import Action, Kind
-from ..budget import BUDGET
+from ..budget import BUDGET, Budget
 from ..problem import Pass, Problem, longest_from
 from .relaxations import bound_passes
 from .rank_chain import RankChain, Step
@@ -108,11 +108,13 @@ def _hold_times(paths: dict[int, dict[int, dict[Action, float]]]) -> dict[int, t
 
 
 def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, nesting: bool = True,
-                deadline: float | None = None, chain_states: int = BUDGET.rank_walk_states) -> list[RankBound]:
+                deadline: float | None = None, budget: Budget = BUDGET,
+                chain_states: int | None = None) -> list[RankBound]:
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
-    (see _with_chains; each walk gives up past `chain_states` states), and with `nesting` nest each
-    deeper rank's window in the ranks above it (bounds/window_nesting.py, whose deepest walk stops at
-    `deadline`); off where many problems are bounded in little time (the split walk)."""
+    (see _with_chains; each walk gives up past `chain_states` states, by default the budget's
+    rank_walk_states, as does a one-chunk rank's walk), and with `nesting` nest each deeper rank's window
+    in the ranks above it (bounds/window_nesting.py, whose deepest walk stops at `deadline`); off where
+    many problems are bounded in little time (the split walk). `budget`: state caps, exact fills' size."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -133,8 +135,8 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
         trip_disjoint = True
         routes = _route_facts(problem, paths, mine, r)
         for facts in routes:
-            start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap, facts))
-            end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held))
+            start_idle = min(start_idle, facts.to_first_b - _forwards_that_fit(mine, cap, facts, budget))
+            end_idle = min(end_idle, facts.after_last_f - _backwards_that_fit(mine, cap, facts.held, budget))
             trip_idle = min(trip_idle, facts.to_own_b - _work_before_own_b(mine, cap, facts.held))
             first = mine[facts.held[0]]
             trip_disjoint = trip_disjoint and first.alloc * first.count > cap
@@ -144,16 +146,16 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
         alone = _alone(problem, first_mb, mine, cap) if chains or len(mine) == 1 else None
         alones.append(alone)
         one_chunk = alone if alone is not None and len(alone.steps) <= 3 else None
-        alone_span = (least_span(one_chunk) or 0.0) if one_chunk is not None else 0.0
+        alone_span = (least_span(one_chunk, budget.rank_walk_states) or 0.0) if one_chunk is not None else 0.0
         out.append(RankBound(r, head[r], work[r], max(0.0, start_idle), max(0.0, end_idle), disjoint, held[r],
                              max(0.0, trip_idle), trip_disjoint, alone_span))
     if not chains:
         return out
     out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective,
-                       chain_states)
+                       budget.rank_walk_states if chain_states is None else chain_states)
     if not nesting:
         return out
-    return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones, deadline))]
+    return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones, deadline, budget))]
 
 
 # The walk over a rank's chain of chunks (bounds/rank_sequence.py) costs up to a second per rank; it runs only
@@ -163,7 +165,7 @@ CHAIN_REACH = 0.1
 
 
 def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str,
-                 states: int = BUDGET.rank_walk_states) -> list[RankBound]:
+                 states: int) -> list[RankBound]:
     """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
     and come within CHAIN_REACH of the largest rank bound."""
     top = objective_bound(out, objective) if out else 0.0
@@ -281,12 +283,11 @@ def _work_before_own_b(mine: dict[int, _Chunk], cap: float, here: tuple[int, ...
     return k * per_microbatch + others
 
 
-# Above the budget's exact_combinations count combinations the fills below use their linear
-# relaxation, which is still an upper bound on the work that fits (so the idle bound stays valid), only
-# looser.
+# Above the budget's exact_combinations the fills below use their linear relaxation: still an upper
+# bound on the work that fits (so the idle bound stays valid), only looser.
 
 
-def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts) -> float:
+def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts, budget: Budget) -> float:
     """Most forward work a rank can run before its first backward: nothing is freed until a
     backward ends, so all those forwards' activations are held at once; and a chunk later on the
     route gets its first forward only when microbatch 0's forwards reach it, so only the forwards
@@ -296,7 +297,7 @@ def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts) 
     window = facts.to_first_b
     # Another route's chunk (not in `arrival`): its forwards may have started before the window, any number.
     return most_that_fits(cap, [(f.alloc, f.F, forwards_that_start(window, arrival[c], f.F, f.count)
-                                 if c in arrival else f.count) for c, f in mine.items()])
+                                 if c in arrival else f.count) for c, f in mine.items()], budget.exact_combinations)
 
 
 def forwards_that_start(window: float, arrival: float, duration: float, count: int) -> int:
@@ -307,10 +308,11 @@ def forwards_that_start(window: float, arrival: float, duration: float, count: i
     return min(count, max(0, math.ceil((window - arrival) / duration - 1e-9)))
 
 
-def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> float:
+def most_that_fits(room: float, items: Sequence[tuple[float, float, int]],
+                   combinations: int = BUDGET.exact_combinations) -> float:
     """The most worth of (size, worth, count) items held at once in `room`: exact over whole counts
-    when there are few combinations, else the linear relaxation (an upper bound, so idle bounds built
-    on it stay valid)."""
+    when there are at most `combinations` (the budget's exact_combinations), else the linear relaxation
+    (an upper bound, so idle bounds built on it stay valid)."""
     if math.isinf(room):
         return sum(worth * count for _, worth, count in items)
     head, (tail_size, tail_worth, tail_count) = items[:-1], items[-1]
@@ -319,7 +321,7 @@ def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> fl
         return max(n * worth + blocks_that_fit(room - n * size, tail_size, tail_count) * tail_worth
                    for n in range(blocks_that_fit(room, size, count) + 1))
     ranges = [range(blocks_that_fit(room, size, count) + 1) for size, _, count in head]
-    if math.prod(len(x) for x in ranges) > BUDGET.exact_combinations:
+    if math.prod(len(x) for x in ranges) > combinations:
         return fractional_fill(room, list(items))
     best = 0.0
     for counts in itertools.product(*ranges):
@@ -331,7 +333,7 @@ def most_that_fits(room: float, items: Sequence[tuple[float, float, int]]) -> fl
     return best
 
 
-def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ...]) -> float:
+def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ...], budget: Budget) -> float:
     """Most B and W work a rank can run between its last forward and the first backward there of
     that forward's microbatch. Only microbatches whose activations are held at that moment can run
     (every forward on the rank is done): some awaiting B (worth B + W, holding alloc) and some
@@ -342,7 +344,7 @@ def _backwards_that_fit(mine: dict[int, _Chunk], cap: float, held: tuple[int, ..
     if math.isinf(cap):
         return sum(counts[c] * (f.B + f.W) for c, f in chunks)
     ranges = [range(blocks_that_fit(max(room0, 0.0), f.alloc, counts[c]) + 1) for c, f in chunks]
-    if math.prod(len(x) for x in ranges) > BUDGET.exact_combinations:
+    if math.prod(len(x) for x in ranges) > budget.exact_combinations:
         items = [(f.alloc, f.B + f.W, counts[c]) for c, f in chunks] + [(f.keep, f.W, counts[c]) for c, f in chunks]
         return fractional_fill(room0, items)
     best = 0.0

@@ -25,7 +25,7 @@ import time
 from typing import Sequence
 
 from ...core.ir import Action, Kind
-from ..budget import BUDGET
+from ..budget import BUDGET, Budget
 from ..problem import Pass, Problem, longest_from
 from .rank_chain import RankChain
 from .rank_sequence import least_to_last_backward
@@ -47,11 +47,11 @@ DEEPEST_ROOM = 4.0
 
 
 def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[RankChain | None],
-                 deadline: float | None = None) -> list[float]:
+                 deadline: float | None = None, budget: Budget = BUDGET) -> list[float]:
     """Per rank, the bound above over every deeper rank (0 where there is none). `first_mb`: microbatch
     0's passes in dependency order; `chains[q]`: rank q on its own (bounds._alone), None where its
     chunks are not on one route; `deadline` (time.monotonic()): when the deepest rank's walk gives up
-    (default: the budget's deepest_seconds from now)."""
+    (default: the budget's deepest_seconds from now); `budget`: the walks' state caps."""
     pl, m = problem.placement, problem.num_microbatches
     if len(pl.routes) != 1:
         return [0.0] * problem.num_ranks
@@ -63,7 +63,7 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     position = {c: k for k, c in enumerate(route)}
     deepest = max(lead, key=lambda q: position[lead[q]])
     windows = _windows(chains, by_action, lead, m, deepest,
-                       time.monotonic() + BUDGET.deepest_seconds if deadline is None else deadline)
+                       time.monotonic() + budget.deepest_seconds if deadline is None else deadline, budget)
     # Longest paths from the start of each rank's first forward and of its first chunk's backward
     # (microbatch 0's: every microbatch costs the same).
     down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
@@ -81,7 +81,7 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
 
 
 def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], lead: dict[int, int],
-             m: int, deepest: int, deadline: float) -> dict[int, float]:
+             m: int, deepest: int, deadline: float, budget: Budget) -> dict[int, float]:
     """Per rank, a lower bound on the time from its first forward to its last backward."""
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
@@ -90,13 +90,13 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     rooms = {q: room for q, chain in walkable.items() if (room := chain.room_in_trips()) < math.inf}
     if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(walkable[deepest].steps) <= 3):
         chain = walkable[deepest]
-        states = BUDGET.deepest_walk_states if len(chain.steps) > 3 else BUDGET.deepest_one_chunk_states
+        states = budget.deepest_walk_states if len(chain.steps) > 3 else budget.deepest_one_chunk_states
         found = least_to_last_backward(chain, states, deadline)
         out[deepest] = max(out[deepest], found or 0.0)
     for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
             continue
-        found = least_to_last_backward(walkable[q], BUDGET.nesting_walk_states)
+        found = least_to_last_backward(walkable[q], budget.nesting_walk_states)
         if found is None:
             break  # out of budget (or nothing fits): the ranks with more room would be too
         out[q] = max(out[q], found)

@@ -13,13 +13,12 @@ spelling of the field (the CLI's flag) without reading the message.
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ...core.errors import ZbsearchError, about
 from ...core.objective import Objective
 from ...core.profile import Profile, check_stages
 from ..problem import Problem, make_problems
-from ..solve.driver import Progress, SolveResult, solve_placements
+from ..options import Progress, SearchOptions
+from ..solve.driver import SolveResult, solve_placements
 from ..partition.recompute import search_with_recompute
 from ..partition.search import SplitRequest, search_splits
 from .request import SEARCHED_RECOMPUTE, PlanRequest, planned_profile
@@ -30,10 +29,9 @@ def problems_for(profile: Profile, request: PlanRequest) -> list[Problem]:
                          request.auto_placements, request.headroom)
 
 
-def find_plan(profile: Profile, request: PlanRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
-              progress: Callable[[Progress], None] | None = None) -> SolveResult:
-    """The best plan found for `request` on `profile` within `time_limit` seconds, validated, with its
-    bound: what `zbsearch solve` prints and writes.
+def find_plan(profile: Profile, request: PlanRequest, options: SearchOptions = SearchOptions()) -> SolveResult:
+    """The best plan found for `request` on `profile` within the options' time limit (spent as their
+    Budget says), validated, with its bound: what `zbsearch solve` prints and writes.
 
     Raises
     ------
@@ -52,13 +50,12 @@ def find_plan(profile: Profile, request: PlanRequest, *, time_limit: float = 30.
     if rule is None:
         problems = problems_for(planned, request)
         with about("mem_limit"):  # infeasible: the limit is below what the pipeline needs
-            return solve_placements(problems, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+            return solve_placements(problems, options)
     names = (request.placement,) if request.placement and request.placement.strip().lower() != "auto" else \
         request.auto_placements
     split = SplitRequest(planned, request.stages or planned.num_stages, tuple(names), request.mem_limit,
                          Objective.parse(request.objective), rule, request.headroom)
     recompute = (request.recompute or "").strip()
     if recompute in SEARCHED_RECOMPUTE:
-        return search_with_recompute(split, time_limit=time_limit, workers=workers, seed=seed, progress=progress,
-                                     per_microbatch=recompute == "auto")
-    return search_splits(split, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        return search_with_recompute(split, options, per_microbatch=recompute == "auto")
+    return search_splits(split, options)

@@ -24,6 +24,7 @@ from typing import Sequence
 from ortools.sat.python import cp_model
 
 from ..bounds.analytic import RankBound, earliest_starts, hold_times, objective_bound, rank_bounds
+from ..budget import BUDGET, Budget
 from ..bounds.relaxations import fusion_relaxation
 from ...core.ir import Action, Kind
 from ...core.stage_cost import StageCost
@@ -359,15 +360,17 @@ def add_hint(model: cp_model.CpModel, grid: Problem, v: Variables, starts: dict[
 
 def build_model(
     grid: Problem, horizon: int, headroom: int = 0, first_start_cap: list[int] | None = None,
-    arrival_slack: int | None = None,
+    arrival_slack: int | None = None, budget: Budget = BUDGET,
 ) -> tuple[cp_model.CpModel, Variables]:
+    """The grid model with every constraint family; `budget` caps the rank bounds' walks that bound each
+    rank's window and the objective."""
     model = cp_model.CpModel()
     v = add_intervals(model, grid, horizon)
     add_dependencies(model, grid, v)
     add_one_pass_at_a_time(model, grid, v)
     add_symmetry_breaking(model, grid, v)
     add_memory(model, grid, v, headroom)
-    bounds = rank_bounds(grid, bound_passes_of(grid))
+    bounds = rank_bounds(grid, bound_passes_of(grid), budget=budget)
     add_rank_windows(model, grid, v, horizon, bounds, first_start_cap)
     if arrival_slack is not None:
         add_first_start_at_arrival(model, grid, v, arrival_slack)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -37,6 +37,7 @@ from ..problem import Pass, Problem, on_grid
 from .cpsat import (Variables, add_microbatch_order, add_one_pass_at_a_time, choose_step, durations, fusable_chunks,
                     memory_scale, scaled_limit)
 from . import choice
+from .lns_report import LnsResult, LnsStats
 from .run_model import orders_from_starts
 
 # Passes a window frees, about; fewer on short time limits (see _window_size).
@@ -55,19 +56,6 @@ SECONDS_PER_PASS = 1e-4
 def overhead(problem: Problem) -> float:
     """Seconds a window takes besides its CP-SAT search (see SECONDS_PER_PASS)."""
     return len(problem.passes) * SECONDS_PER_PASS
-
-
-@dataclass
-class LnsStats:
-    windows: int = 0
-    accepted: int = 0
-    improved: int = 0
-    rejected: int = 0  # re-timed orders that failed the exact check
-    settled: bool = False  # the last window held every pass and was solved to optimality
-    history: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        return {f"lns_{k}": getattr(self, k) for k in ("windows", "accepted", "improved", "rejected")}
 
 
 @dataclass(frozen=True)
@@ -349,7 +337,7 @@ def pick_window(grid_tl: Timeline, size: int, k: int, rng: random.Random) -> Win
 
 def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: Timeline | None = None,
             workers: int = 2, seed: int = 0, resolution: int = 20,
-            choose: bool = False) -> tuple[Schedule, Timeline, float, LnsStats] | None:
+            choose: bool = False) -> LnsResult | None:
     """Windows re-solved one after another until `deadline` (time.monotonic()), from `schedule` (its
     backwards split into B and W, except where a split B raises memory: cpsat.fusable_chunks, whose full
     backwards the windows may keep whole or split); never worse than it. None when `schedule` is not valid. `timeline`:
@@ -396,4 +384,4 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
             stats.history.append(best_obj)
         if stats.settled:  # the whole problem in one window, solved to optimality on the grid
             break
-    return best, best_tl, best_obj, stats
+    return LnsResult(best, best_tl, best_obj, stats)

@@ -12,6 +12,7 @@ from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind, Schedule, build
 from ...core.objective import Status
+from ..budget import BUDGET, Budget
 from ..problem import Problem
 from .cpsat import add_hint, build_model, durations
 
@@ -47,12 +48,13 @@ def solve_grid(
     grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
     seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
     first_start_cap: list[int] | None = None, arrival_slack: int | None = None,
-    hint_fused: frozenset[Action] = frozenset(),
+    hint_fused: frozenset[Action] = frozenset(), budget: Budget = BUDGET,
 ) -> ModelResult:
     """Build and solve the grid model; return the best starts found (and which backwards they fuse)
-    and the proven bound. `hint_fused`: the Bs whose backward the hint runs fused."""
+    and the proven bound. `hint_fused`: the Bs whose backward the hint runs fused; `budget`: the caps of
+    the rank bounds the model reads."""
     t0 = time.monotonic()
-    model, v = build_model(grid, horizon, headroom, first_start_cap, arrival_slack)
+    model, v = build_model(grid, horizon, headroom, first_start_cap, arrival_slack, budget)
     if hint:
         add_hint(model, grid, v, hint, hint_fused)
     built = time.monotonic() - t0

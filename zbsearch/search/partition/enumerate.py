@@ -22,6 +22,7 @@ from ...core.ir import Placement
 from ...core.memory import byte_cap, p_multiple
 from ...core.objective import Objective
 from ...core.profile import Profile
+from ..budget import BUDGET, Budget
 from .bounds import any_split_bound, v_counts, v_rank
 from .rank_bound import LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, v_chunks
 
@@ -138,14 +139,14 @@ def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline
 
 
 def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, objective: Objective | str,
-                headroom: float) -> SplitBoundInput:
-    """What the bound over every split reads, from the strings a user typed."""
+                headroom: float, budget: Budget = BUDGET) -> SplitBoundInput:
+    """What the bound over every split reads, from the strings a user typed (and the budget's caps)."""
     multiple = p_multiple(mem_limit)
     comm = profile.comm if profile.message_time(0.0) is None else tuple(
         profile.message_time(layer.out_bytes) or 0.0 for layer in (profile.layers or ())[:-1])
     return SplitBoundInput(tuple(profile.layers or ()), placement, profile.microbatches, Objective.parse(objective),
                            min(comm, default=0.0), byte_cap(mem_limit, profile, headroom), multiple,
-                           profile.memory_model == "paper")
+                           profile.memory_model == "paper", budget)
 
 
 def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,

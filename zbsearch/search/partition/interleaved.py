@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ...core.objective import Objective
-from ..budget import BUDGET
 from .rank_bound import LayerSums, SplitBoundInput, chunks_bound, crossings_to, rank_positions
 
 
@@ -74,7 +73,7 @@ def _two_round_bound(s: LayerSums, data: SplitBoundInput, floor: float) -> float
     m, p, n = data.microbatches, data.placement.num_ranks, s.n
     # Only cuts some split has: mid in p..n-p, a in 0..n-p, b in p..n.
     mids, cuts_a, cuts_b = np.arange(p, n - p + 1), np.arange(n - p + 1), np.arange(p, n + 1)
-    if p * len(mids) * len(cuts_a) * len(cuts_b) > BUDGET.two_round_cells:
+    if p * len(mids) * len(cuts_a) * len(cuts_b) > data.budget.two_round_cells:
         return 0.0
     work = m * np.array(s.pre["work"])
     cross = crossings_to(data.placement)
@@ -128,8 +127,8 @@ def _end_rank_least(s: LayerSums, data: SplitBoundInput, r: int) -> float:
     """The least cheap bound of rank r over every chunk ranges it can hold (0 when there are more than
     the budget's: a bound must not come from part of them)."""
     p, v = data.placement.num_ranks, data.placement.chunks_per_rank
-    choices = list(itertools.islice(_rank_ranges(s.n, p, v, r), BUDGET.end_rank_ranges + 1))
-    if len(choices) > BUDGET.end_rank_ranges:
+    choices = list(itertools.islice(_rank_ranges(s.n, p, v, r), data.budget.end_rank_ranges + 1))
+    if len(choices) > data.budget.end_rank_ranges:
         return 0.0
     pos = rank_positions(data.placement, r)
     return min((chunks_bound(s, data, r, ranges, pos) for ranges in choices), default=0.0)

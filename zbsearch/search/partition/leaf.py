@@ -23,7 +23,7 @@ from ...core.ir import Placement
 from ...core.memory import ranks_short
 from ...core.profile import Profile
 from ..bounds.analytic import in_chain_reach, objective_bound, rank_bounds
-from ..budget import BUDGET
+from ..budget import BUDGET, Budget
 from ..problem import Problem
 from ..bounds.relaxations import bound_passes
 
@@ -47,10 +47,13 @@ def hops_uniform(profile: Profile) -> bool:
 
 class RankCache:
     """Splits' own bounds from their ranks' bounds, each rank bounded once (see the module's docstring).
-    `build` makes the problem of a split (placement, layers per chunk in route order)."""
+    `build` makes the problem of a split (placement, layers per chunk in route order); `budget` caps the
+    walks (its split_rank_walk_states for chains of chunks)."""
 
-    def __init__(self, profile: Profile, build: Callable[[Placement, Sequence[int]], Problem]) -> None:
+    def __init__(self, profile: Profile, build: Callable[[Placement, Sequence[int]], Problem],
+                 budget: Budget = BUDGET) -> None:
         self.build = build
+        self.budget = budget
         self.exact = hops_uniform(profile)
         self.ranks: dict[RankKey, _Rank] = {}
 
@@ -82,8 +85,8 @@ class RankCache:
         several = chains and placement.num_chunks > placement.num_ranks  # one chunk: walked in both
         # Without the nesting: its walks cost the split walk more splits than it raised (partition
         # study: the V bound over every split fell on llama3-8b p=4 61 GiB and deepseek 42 GiB).
-        bounds = rank_bounds(problem, bound_passes(problem), chains=several, nesting=False,
-                             chain_states=BUDGET.split_rank_walk_states)
+        bounds = rank_bounds(problem, bound_passes(problem), chains=several, nesting=False, budget=self.budget,
+                             chain_states=self.budget.split_rank_walk_states)
         # A rank holding several chunks gets `sequence` from the chain walk alone (bounds._with_chains), so
         # without it, it is the bound the walk started from: one call gives both.
         plain = [objective_bound([replace(b, sequence=0.0) if several and len(placement.chunks_on(b.rank)) > 1 else b],

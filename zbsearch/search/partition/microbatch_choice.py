@@ -20,6 +20,7 @@ from ...core.ir import Placement
 from ...core.recompute_choice import with_recompute
 from ...sim.validate import check
 from ...core.plan_record import Choice
+from ..options import SearchOptions
 from ..problem import Problem
 from ..solve.driver import SolveResult
 from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
@@ -32,17 +33,18 @@ def fewer_microbatches(result: SolveResult) -> SolveResult:
     return _as_result(result, *recompute_fewer(result.problem, _as_start(result)))
 
 
-def choose_on_every_chunk(request: SplitRequest, result: SolveResult, deadline: float, workers: int,
-                          seed: int, every_layer: Mapping[str, str]) -> SolveResult:
+def choose_on_every_chunk(request: SplitRequest, result: SolveResult, deadline: float, options: SearchOptions,
+                          every_layer: Mapping[str, str]) -> SolveResult:
     """`result` improved until `deadline` by CP-SAT windows choosing the order and which microbatches
-    recompute, on every chunk (widened, then narrowed: see the module); `every_layer`: every layer's
-    full level (recompute.all_full). Unchanged where nothing better was found."""
+    recompute, on every chunk (widened, then narrowed: see the module), with the options' workers, seed
+    and resolution; `every_layer`: every layer's full level (recompute.all_full). Unchanged where
+    nothing better was found."""
     levels = result.schedule.plan.levels
     names = _chunk_layers(result)
     idle = [c for c, cost in enumerate(result.problem.chunk_costs) if cost.without_recompute is None]
     wide = {**levels, **{n: every_layer[n] for c in idle for n in names[c] if n in every_layer}}
     start = _with_levels(request, result, wide) if wide != levels else result
-    chosen = _as_result(start, *choose_by_windows(start.problem, _as_start(start), deadline, workers, seed))
+    chosen = _as_result(start, *choose_by_windows(start.problem, _as_start(start), deadline, options))
     if not chosen.objective < result.objective * (1 - 1e-12):
         return result
     choice = chosen.problem.recompute_microbatches or ()

@@ -39,11 +39,13 @@ from ...core.ir import Placement
 from ...core.layers import Layer
 from ...core.objective import Objective
 from ..bounds.analytic import blocks_that_fit, forwards_that_start, most_that_fits
+from ..budget import BUDGET, Budget
 
 
 @dataclass(frozen=True)
 class SplitBoundInput:
-    """What the bound reads: the layers, the pipeline and the memory rule."""
+    """What the bound reads: the layers, the pipeline, the memory rule, and the budget whose caps
+    bound the exact fills and the interleaved relaxations' enumerations."""
 
     layers: tuple[Layer, ...]
     placement: Placement
@@ -53,6 +55,7 @@ class SplitBoundInput:
     byte_cap: float | None  # whole-rank cap (static + activations) of a byte limit; None: see multiple
     multiple: float | None  # N of an `Np` limit (activation room = N * p * the rank's mem_B); None: no limit
     paper_memory: bool = True  # the paper's memory model, where a chunk holds the sum of its layers' mem_W
+    budget: Budget = BUDGET
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective.parse(self.objective))
@@ -174,7 +177,7 @@ def chunks_bound(s: LayerSums, data: SplitBoundInput, r: int, ranges: Sequence[t
     items, slack = list(zip(mems, forwards, counts)), room * (1 + 1e-9)
     alone = max(f * (n if math.isinf(slack) else blocks_that_fit(slack, mem, n)) for mem, f, n in items)
     if wait + m * work - alone > span:
-        span = max(span, wait + m * work - most_that_fits(slack, items))
+        span = max(span, wait + m * work - most_that_fits(slack, items, data.budget.exact_combinations))
     if data.objective is not Objective.MAKESPAN:
         return span
     before = cross[positions[0]]  # crossings before the rank's first chunk

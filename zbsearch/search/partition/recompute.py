@@ -30,20 +30,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from ...core.errors import InfeasibleError
 from ...core.ir import Placement
 from ...core.layers import Layer
-from ...core.objective import Status
+from ...core.objective import status_for
 from ...core.partition import groups, route_length
 from ...core.placement import parse_placement
 from ...core.recompute_choice import held_from_f, option_of, with_recompute
 from ...sim.simulate import Timeline
-from ..budget import BUDGET
+from ..budget import Budget
+from ..options import SearchOptions
 from ..problem import Problem
-from ..solve.driver import Progress, SolveResult
-from ..solve.grid import OPTIMAL_RTOL
+from ..solve.driver import SolveResult
 from ..solve.microbatch_recompute import recompute_fewer
 from ..solve.starts import heuristic_start
 from .candidates import balanced_counts
@@ -51,6 +51,7 @@ from .microbatch_choice import choose_on_every_chunk, fewer_microbatches, route_
 from .report import split_facts
 from .search import (
     SplitRequest,
+    SplitBound,
     SplitSearch,
     any_split_bound_of,
     improve_split,
@@ -156,9 +157,9 @@ def _fewer(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str,
     return {name: level for name, level in levels.items() if name not in mine}
 
 
-def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool) -> Levels:
+def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool, budget: Budget) -> Levels:
     """From `start`, take the best step that lowers the objective, then improve the split for the new
-    levels, until no step helps or the deadline passes."""
+    levels (its bounds capped by `budget`), until no step helps or the deadline passes."""
     best = start
     while time.monotonic() < deadline:
         found = [_evaluate(request, levels, best.placement, best.counts, per_microbatch)
@@ -167,10 +168,10 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
         if step is None:
             return best
         if step.objective < best.objective * (1 - 1e-9):
-            best = _resplit(request, step, deadline, per_microbatch)
+            best = _resplit(request, step, deadline, per_microbatch, budget)
             continue
         # On this split no step helps; where memory forced the split, one does once the split moves.
-        moved = (_resplit(request, x, deadline, per_microbatch)
+        moved = (_resplit(request, x, deadline, per_microbatch, budget)
                  for x in sorted(found, key=lambda x: x.objective)[:RESPLIT_TRIES])
         better = next((x for x in moved if x.objective < best.objective * (1 - 1e-9)), None)
         if better is None:
@@ -179,12 +180,14 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
     return best
 
 
-def _resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool) -> Levels:
+def _resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool,
+             budget: Budget) -> Levels:
     """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
     even, balanced or fixed:..., stays as named)."""
     if request.rule.strip().lower() != "auto":
         return current
-    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline)
+    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline,
+                         budget)
     entry = search.score(current.placement, current.counts, "recompute")
     moved = improve_split(search, entry, deadline)
     if moved.counts == current.counts or not moved.objective < current.objective:
@@ -206,22 +209,21 @@ def everything(request: SplitRequest) -> SplitRequest:
 JointPlan = SolveResult | InfeasibleError  # a joint search's plan, or why no split fits
 
 
-def joint(request: SplitRequest, **options) -> JointPlan:
+def joint(request: SplitRequest, options: SearchOptions = SearchOptions(time_limit=60.0)) -> JointPlan:
     """The joint search's plan (search_splits), or the error saying no split fits."""
     try:
-        return search_splits(request, **options)
+        return search_splits(request, options)
     except InfeasibleError as exc:
         return exc
 
 
-def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
-                          progress: Callable[[Progress], None] | None = None, per_microbatch: bool = True,
-                          starts: tuple[JointPlan, JointPlan] | None = None) -> SolveResult:
+def search_with_recompute(request: SplitRequest, options: SearchOptions = SearchOptions(time_limit=60.0), *,
+                          per_microbatch: bool = True, starts: tuple[JointPlan, JointPlan] | None = None) -> SolveResult:
     """The best plan over splits, placements and recompute levels (and, with `per_microbatch`, which
-    microbatches recompute) found within `time_limit` (see the module); never worse than the joint
-    search's plans without recompute and with every layer recomputed that it starts from: its own, or
-    `starts` (those two, already searched with `joint`; then `time_limit` is the walk's and the polish's
-    alone). Where no split fits without recompute, it walks from the plan with. Its bound holds over every
+    microbatches recompute) found within the options' time limit (see the module); never worse than the
+    joint search's plans without recompute and with every layer recomputed that it starts from: its own,
+    or `starts` (those two, already searched with `joint`; then the time limit is the walk's and the
+    polish's alone). Where no split fits without recompute, it walks from the plan with. Its bound holds over every
     recompute choice.
 
     Raises
@@ -230,11 +232,11 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
         No split fits even with every layer recomputed (the error of that search, naming its least cap).
     """
     t0 = time.monotonic()
+    time_limit, budget = options.time_limit, options.budget
     if starts is None:
-        share = BUDGET.recompute_plain_share * time_limit
-        options = {"time_limit": share, "workers": workers, "seed": seed, "progress": progress}
-        starts = (joint(request, **options), joint(everything(request), **options))
-    walk_end, polish_end = _phase_ends(t0 + time_limit, per_microbatch)
+        plain = options.with_time(budget.recompute_plain_share * time_limit)
+        starts = (joint(request, plain), joint(everything(request), plain))
+    walk_end, polish_end = _phase_ends(t0 + time_limit, per_microbatch, budget)
     every_layer = all_full(request)
     found = [(levels, start) for levels, start in zip(({}, every_layer), starts)
              if isinstance(start, SolveResult)]
@@ -248,7 +250,7 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     ends: list[Levels] = []
     for first in firsts:
         share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(firsts) - len(ends))
-        ends.append(walk(request, first, share_end, per_microbatch))
+        ends.append(walk(request, first, share_end, per_microbatch, budget))
     # The walks score with the heuristics, the joint searches' plans were polished by the solver: an end
     # that is not one of those plans (the walk moved it, or it started on another placement) is polished
     # before the two are compared.
@@ -261,29 +263,28 @@ def search_with_recompute(request: SplitRequest, *, time_limit: float = 60.0, wo
     if best is not None:
         chosen_request = replace(request, profile=with_recompute(request.profile, best.levels, restage=False),
                                  placements=(best.placement.name,), rule="fixed:" + ",".join(map(str, best.counts)))
-        results.append(search_splits(chosen_request, time_limit=max(polish_end - time.monotonic(), 0.0),
-                                     workers=workers, seed=seed, progress=progress))
+        results.append(search_splits(chosen_request, options.with_time(polish_end - time.monotonic())))
     if not per_microbatch:
         best_plan = min(results, key=lambda r: r.objective)
-        bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
+        bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit, budget)
         return _with_bound(request, best_plan, bound, t0, results)
     # Each plan with only the microbatches that need it recomputing; the best then with the order and the
     # choice made together by CP-SAT windows. The bound first (it needs only some plan's objective to prune
     # with), so that the windows get the time it does not take.
     best_plan = min((fewer_microbatches(r) for r in results), key=lambda r: r.objective)
-    bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit)
-    chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, workers, seed, every_layer)
+    bound = _bound_over_choices(request, best_plan.objective, t0 + time_limit, budget)
+    chosen = choose_on_every_chunk(request, best_plan, t0 + time_limit, options, every_layer)
     return _with_bound(request, chosen, bound, t0, results)
 
 
-def _phase_ends(deadline: float, per_microbatch: bool) -> tuple[float, float]:
+def _phase_ends(deadline: float, per_microbatch: bool, budget: Budget) -> tuple[float, float]:
     """When the walks and the polish stop, as shares of the time left once the joint searches are done
     (search/budget.py): per rank, the bound over every choice takes the rest; per microbatch, the bound
     and the CP-SAT windows that choose the order and the microbatches together."""
     now = time.monotonic()
     left = max(deadline - now, 0.0)
-    walk = BUDGET.recompute_choice_walk_share if per_microbatch else BUDGET.recompute_walk_share
-    kept_back = BUDGET.split_bound_share + (BUDGET.recompute_choice_share if per_microbatch else 0.0)
+    walk = budget.recompute_choice_walk_share if per_microbatch else budget.recompute_walk_share
+    kept_back = budget.split_bound_share + (budget.recompute_choice_share if per_microbatch else 0.0)
     return now + walk * left, deadline - kept_back * left
 
 
@@ -304,25 +305,22 @@ def _other_placements(request: SplitRequest, covered: set[str], every_layer: dic
     return out
 
 
-Bound = tuple[float, dict[str, Any]]  # the bound over every split and recompute choice, and by placement
-
-
-def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float) -> Bound:
+def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float, budget: Budget) -> SplitBound:
     """The bound over every split and every recompute choice (on least_memory's layers); `incumbent`, the
     objective of a plan found, only prunes the splits searched (any plan's objective may)."""
     layers = least_memory(request.profile.layers or ())
     relaxed = replace(request, profile=replace(request.profile, layers=layers))
-    return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline), incumbent, deadline)
+    return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline, budget), incumbent, deadline)
 
 
-def _with_bound(request: SplitRequest, result: SolveResult, over_choices: Bound, t0: float,
+def _with_bound(request: SplitRequest, result: SolveResult, over_choices: SplitBound, t0: float,
                 searches: Sequence[SolveResult]) -> SolveResult:
     """`result` with the bound over every split and every recompute choice (_bound_over_choices), the
     seconds since `t0` and the splits the joint `searches` scored: the whole search's, not those of the
     polish that `result` may come from."""
-    bound, how = over_choices
+    bound, how = over_choices.value, over_choices.by_placement
     lower = min(result.objective, bound)
-    status = Status.OPTIMAL if result.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+    status = status_for(result.objective, lower)
     partition = result.details.partition
     assert partition is not None
     # The rule asked for (the polish names its split fixed:...), with the bound over every choice.

@@ -21,16 +21,16 @@ from typing import Any, Callable, Sequence
 
 from ...core.errors import InfeasibleError, PartitionError
 from ...core.ir import Placement
-from ...core.objective import Objective, Status
+from ...core.objective import Objective, status_for
 from ...core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
 from ...core.partition import check_chunk_counts, partition_profile, route_length
 from ...core.profile import Profile
-from ..budget import BUDGET
+from ..budget import BUDGET, Budget
 from ...core.placement import parse_placement
 from ..problem import Problem
 from ..solve.driver import solve
-from ..solve.grid import OPTIMAL_RTOL
-from ..solve.report import PartitionDetails, Progress, SolveResult
+from ..options import SearchOptions
+from ..solve.report import PartitionDetails, SolveResult
 from ..solve.starts import heuristic_start
 from ...profiling.partition import linear_partition
 from .bounds import least_bound_split, split_bound
@@ -82,17 +82,19 @@ class Scored:
 
 @dataclass
 class SplitSearch:
-    """The search state: every split scored so far, by placement and counts."""
+    """The search state: every split scored so far, by placement and counts; `budget` caps its bounds'
+    walks and enumerations."""
 
     request: SplitRequest
     deadline: float
+    budget: Budget = BUDGET
     scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
     ranks: RankCache = field(init=False, repr=False)  # each rank's own bound, once computed
 
     def __post_init__(self) -> None:
-        self.ranks = RankCache(self.request.profile, self.problem)
+        self.ranks = RankCache(self.request.profile, self.problem, self.budget)
 
     def leaf_bound(self, placement: Placement, chains: bool = False) -> Callable[[tuple[int, ...]], float]:
         """A split's own bound: the analytic one (bounds/analytic.py, rank by rank: partition/leaf.py), or what
@@ -134,14 +136,15 @@ class SplitSearch:
         return self.deadline - time.monotonic()
 
 
-def seed_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
-    """The named candidate splits of one placement."""
+def seed_splits(request: SplitRequest, placement: Placement,
+                budget: Budget = BUDGET) -> list[tuple[str, tuple[int, ...]]]:
+    """The named candidate splits of one placement (`budget`: the least-bound split's caps)."""
     layers, k = request.profile.layers or (), route_length(placement)
     balanced = balanced_counts(layers, k)
     out = [("even", even_counts(layers, k)), ("balanced", balanced),
            ("rank-balanced", rank_balanced(layers, balanced, placement))]
     least = least_bound_split(bound_input(request.profile, placement, request.mem_limit, request.objective,
-                                          request.headroom))
+                                          request.headroom, budget))
     if least is not None:
         out.append(("least-bound", least))
     cap = byte_cap(request.mem_limit, request.profile, request.headroom)
@@ -161,7 +164,7 @@ def improve_split(search: SplitSearch, start: Scored, budget_end: float) -> Scor
     the best."""
     req = search.request
     layers = req.profile.layers or ()
-    data = bound_input(req.profile, start.placement, req.mem_limit, req.objective, req.headroom)
+    data = bound_input(req.profile, start.placement, req.mem_limit, req.objective, req.headroom, search.budget)
     best = start
     while time.monotonic() < budget_end:
         moves = sorted((split_bound(data, c), max(rank_work(layers, c, best.placement)), c)
@@ -180,12 +183,12 @@ def improve_split(search: SplitSearch, start: Scored, budget_end: float) -> Scor
     return best
 
 
-def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
-                progress: Callable[[Progress], None] | None = None) -> SolveResult:
+def fixed_split(request: SplitRequest, options: SearchOptions = SearchOptions()) -> SolveResult:
     """Solve one named split (even, balanced or fixed:...) on each placement; the best wins."""
     t0 = time.monotonic()
+    time_limit = options.time_limit
     results = []
-    search = SplitSearch(request, t0 + time_limit)
+    search = SplitSearch(request, t0 + time_limit, options.budget)
     names = _placements_with_as_many_chunks(request)
     for k, name in enumerate(names):
         placement = parse_placement(name, request.num_ranks)
@@ -193,8 +196,7 @@ def fixed_split(request: SplitRequest, *, time_limit: float = 30.0, workers: int
         assert counts is not None
         share = (time_limit - (time.monotonic() - t0)) / (len(names) - k)
         try:
-            results.append(solve(search.problem(placement, counts), time_limit=max(share, 0.0), workers=workers,
-                                 seed=seed, progress=progress))
+            results.append(solve(search.problem(placement, counts), options.with_time(share)))
         except InfeasibleError as exc:
             search.refused.append(exc)
     if not results:
@@ -215,19 +217,19 @@ def _placements_with_as_many_chunks(request: SplitRequest) -> tuple[str, ...]:
     return fits or request.placements[:1]
 
 
-def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: int = 2, seed: int = 0,
-                  progress: Callable[[Progress], None] | None = None) -> SolveResult:
-    """The joint search: the best split, placement and schedule found within `time_limit`."""
+def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(time_limit=60.0)) -> SolveResult:
+    """The joint search: the best split, placement and schedule found within the options' time limit."""
     if request.rule.strip().lower() != "auto":
-        return fixed_split(request, time_limit=time_limit, workers=workers, seed=seed, progress=progress)
+        return fixed_split(request, options)
     t0 = time.monotonic()
-    search = SplitSearch(request, t0 + BUDGET.split_search_share * time_limit)
+    time_limit, budget = options.time_limit, options.budget
+    search = SplitSearch(request, t0 + budget.split_search_share * time_limit, budget)
     placements = [parse_placement(name, request.num_ranks) for name in request.placements]
     for placement in placements:
         k = route_length(placement)
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
-        for n, (origin, counts) in enumerate(seed_splits(request, placement)):
+        for n, (origin, counts) in enumerate(seed_splits(request, placement, budget)):
             # Each seed costs a heuristic run (0.4 s at p=8, m=32): past the search's share of the time,
             # a placement scores only its first, so that a short time limit is kept (it ran 3x over).
             if n == 0 or time.monotonic() < search.deadline:
@@ -241,8 +243,7 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
     ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.key)
     if not ranked:
         raise _no_split_fits(request, search)
-    if progress:
-        progress(Progress(time.monotonic() - t0, ranked[0].objective, 0.0, "split search"))
+    options.tell(time.monotonic() - t0, ranked[0].objective, 0.0, "split search")
     results: list[SolveResult] = []
     origins: dict[int, str] = {}
     chosen = _to_polish(search, ranked)
@@ -250,11 +251,10 @@ def search_splits(request: SplitRequest, *, time_limit: float = 60.0, workers: i
     # solver could still gain there.
     room = [max(entry.objective - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
     for k, entry in enumerate(chosen):
-        left = (1 - BUDGET.split_bound_share) * time_limit - (time.monotonic() - t0)
+        left = (1 - budget.split_bound_share) * time_limit - (time.monotonic() - t0)
         share = left * room[k] / sum(room[k:])
         assert entry.problem is not None
-        results.append(solve(entry.problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
-                             progress=progress))
+        results.append(solve(entry.problem, options.with_time(share)))
         origins[id(results[-1])] = entry.origin
         search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
     return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)
@@ -299,14 +299,24 @@ def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:
         f"microbatch, layers per stage {','.join(map(str, counts))}); raise the limit to at least that")
 
 
+@dataclass(frozen=True)
+class SplitBound:
+    """The bound over every split, and how each placement reached its own (JSON-ready: bound, splits
+    bounded, whether the walk finished, and, once the search is done, the best plan found there)."""
+
+    value: float
+    by_placement: dict[str, dict[str, Any]]
+
+
 def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: float,
-                       deadline: float | None) -> tuple[float, dict[str, Any]]:
+                       deadline: float | None) -> SplitBound:
     """The bound over every split on the request's placements, and how it was reached per placement:
     the cheap DP alone (deadline None), or tightened split by split until the deadline."""
     out, how = math.inf, {}
     for k, name in enumerate(request.placements):
         placement = parse_placement(name, request.num_ranks)
-        data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom)
+        data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom,
+                           search.budget)
         # An equal share of what is left: a walk that finishes early hands its time to the next.
         left = len(request.placements) - k
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) / left
@@ -314,7 +324,7 @@ def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: fl
                                                   search.leaf_bound(placement, chains=True))
         how[name] = {"bound": value, "splits_bounded": visited, "walk_complete": complete}
         out = min(out, value)
-    return out, how
+    return SplitBound(out, how)
 
 
 def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSearch, t0: float,
@@ -322,20 +332,21 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
     """The best result, with the bound over every split and the split's description; `origins`: where
     each result's split came from (by id), when the search proposed it."""
     best = min(results, key=lambda r: (r.objective, max(rank_totals(r.timeline))))
-    any_split, how = any_split_bound_of(request, search, best.objective, deadline)
-    for name, facts in how.items():
+    over_splits = any_split_bound_of(request, search, best.objective, deadline)
+    any_split, how = over_splits.value, over_splits.by_placement
+    for name, placed in how.items():
         # The best plan found on each placement beside its bound: where the two stay far apart, the
         # gap is that placement's, whichever of them is weak.
         kind = parse_placement(name, request.num_ranks).name
         found = [s.objective for s in search.scored.values() if s.placement.name == kind]
         found += [r.objective for r in results if r.problem.placement.name == kind]
-        facts["best_found"] = min(found, default=math.inf)
+        placed["best_found"] = min(found, default=math.inf)
     lower, status = best.lower_bound, best.status
     if rule == "auto":
         # The best plan over every split on these placements is no better than this bound; the
         # polished splits' own bounds say nothing about the other splits.
         lower = min(best.objective, any_split)
-        status = Status.OPTIMAL if best.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+        status = status_for(best.objective, lower)
     facts = PartitionDetails(rule, best.lower_bound, any_split, how, len(search.scored), split_facts(best, rule),
                              (origins or {}).get(id(best)))
     schedule = replace(best.schedule, plan=best.problem.plan)

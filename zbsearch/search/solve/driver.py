@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
 
 from ...core.errors import InfeasibleError
-from ...core.objective import Status
+from ...core.objective import Status, status_for
 from ..bounds.analytic import RankBound, objective_bound, rank_bounds
 from ..bounds.relaxations import bound_passes, fusion_saves, fusion_saves_time
-from ..budget import BUDGET, Budget
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
+from ..options import Progress, SearchOptions
 from ..problem import Problem
-from .grid import OPTIMAL_RTOL, GridSearch, refine
+from .grid import GridSearch, refine
 from .incumbent import fuse_if_faster, with_backwards_split
-from .report import PlacementOutcome, Progress, SolveDetails, SolveResult
-from .starts import Start, heuristic_start, periodic_applies, periodic_start, tuned_start
+from .report import PlacementOutcome, SolveDetails, SolveResult
+from .starts import Origin, Start, heuristic_start, periodic_applies, periodic_start, tuned_start
+
+__all__ = ["Progress", "SearchOptions", "SolveResult", "solve", "solve_placements"]
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,15 @@ class _Bounds:
     fusing: bool
 
 
-def _bounds(problem: Problem, time_limit: float, budget: Budget) -> _Bounds:
+def _bounds(problem: Problem, options: SearchOptions) -> _Bounds:
     """Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
     fused backward costs less than B and W apart (an action overhead, a measured full backward), a fused
     one beats the split pair. The proven bound is then the passes' at their shortest
     (relaxations.bound_passes), and CP-SAT's (its model has no pairs and fuses a backward only at the
     time of B and W apart) is unused. Where a fused backward only holds less, the analytic bound reads the
     relaxed passes too, and CP-SAT's holds (its model may fuse those backwards)."""
-    real = rank_bounds(problem, problem.passes, deadline=time.monotonic() + budget.nest_share * time_limit)
+    budget = options.budget
+    real = rank_bounds(problem, problem.passes, deadline=options.until(budget.nest_share), budget=budget)
     pairs, fusing = problem.profile.gives_overlap, fusion_saves(problem.chunk_costs)
     distrust = None
     if pairs:
@@ -55,57 +57,59 @@ def _bounds(problem: Problem, time_limit: float, budget: Budget) -> _Bounds:
     # model (cpsat.fusable_chunks; its grid drops mem_kept, which only lightens it), so its bound holds;
     # the analytic one must still read the relaxed passes, which hold for fused schedules too.
     relaxed = real if not (pairs or fusing) else rank_bounds(
-        problem, bound_passes(problem), deadline=time.monotonic() + budget.nest_share * time_limit)
+        problem, bound_passes(problem), deadline=options.until(budget.nest_share), budget=budget)
     return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
 
 
-def _better_starts(problem: Problem, start: Start, lb: float, time_limit: float, seed: int,
-                   budget: Budget) -> tuple[Start, dict[str, Any]]:
+@dataclass(frozen=True)
+class _Starts:
+    """The start to go on with, and the starts the tuning and the periodic schedule replaced."""
+
+    start: Start
+    tuned: Origin | None = None
+    periodic: Origin | None = None
+
+
+def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOptions) -> _Starts:
     """The start, or a better valid one from the per-rank tuned list greedy (for the budget's tune share
     of the time limit) and, on chunked placements under a limit, the periodic schedule (its periodic
     share); the start unchanged when it meets the bound already. Also where each came from."""
-    found: dict[str, Any] = {}
-    if start.objective <= lb * (1 + OPTIMAL_RTOL):
-        return start, found
-    start, found["tuned_start"] = tuned_start(problem, start, time.monotonic() + budget.tune_share * time_limit, seed)
-    if start.objective > lb * (1 + OPTIMAL_RTOL) and periodic_applies(problem):
-        start, found["periodic_start"] = periodic_start(
-            problem, start, time.monotonic() + budget.periodic_share * time_limit)
-    return start, found
+    if status_for(start.objective, lb) is Status.OPTIMAL:
+        return _Starts(start)
+    tuned = tuned_start(problem, start, options.until(options.budget.tune_share), options.seed)
+    if status_for(tuned.start.objective, lb) is Status.OPTIMAL or not periodic_applies(problem):
+        return _Starts(tuned.start, tuned.origin)
+    periodic = periodic_start(problem, tuned.start, options.until(options.budget.periodic_share))
+    return _Starts(periodic.start, tuned.origin, periodic.origin)
 
 
-def solve(
-    problem: Problem, *, time_limit: float = 30.0, workers: int = 2, seed: int = 0, resolution: int = 20,
-    progress: Callable[[Progress], None] | None = None, budget: Budget = BUDGET,
-) -> SolveResult:
-    """Find the best schedule for `problem` within `time_limit` seconds, spent as `budget` says. Raises
-    InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
+def solve(problem: Problem, options: SearchOptions = SearchOptions()) -> SolveResult:
+    """Find the best schedule for `problem` within the options' time limit, spent as their budget says.
+    Raises InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
     t0 = time.monotonic()
     problem.check_feasible()
     first = heuristic_start(problem)
-    bounds = _bounds(problem, time_limit, budget)
-    start, origins = _better_starts(problem, first, bounds.lower, time_limit, seed, budget)
-    if progress:
-        progress(Progress(time.monotonic() - t0, start.objective, bounds.lower, "heuristics"))
-    search = GridSearch(problem, bounds.real, t0, time_limit * (1 - budget.reserve) - 0.5, workers, seed,
-                        trust_bound=bounds.distrust is None, progress=progress)
-    run = refine(search, start, bounds.lower, resolution, budget)
+    bounds = _bounds(problem, options)
+    starts = _better_starts(problem, first, bounds.lower, options)
+    start = starts.start
+    options.tell(time.monotonic() - t0, start.objective, bounds.lower, "heuristics")
+    search = GridSearch(problem, bounds.real, t0, options.time_limit * (1 - options.budget.reserve) - 0.5, options,
+                        trust_bound=bounds.distrust is None)
+    run = refine(search, start, bounds.lower)
     best, lb = run.best, run.bound
     lns_stats, lns_not_run = None, None
     # Where the full model was skipped or stalled on the start, the time left goes to re-solving windows
     # of it (exact/lns.py). Not after a grid proven optimal: windows on a grid could only win back rounding.
     stalled = best is start and (not run.rounds or run.rounds[-1].cpsat_status is not Status.OPTIMAL)
-    if stalled and best.objective > lb * (1 + OPTIMAL_RTOL):
-        best, lns_stats, lns_not_run = _improve_by_lns(problem, best, t0 + search.deadline, workers, seed,
-                                                       resolution)
-        if progress and lns_stats is not None and lns_stats.windows:
-            progress(Progress(time.monotonic() - t0, best.objective, lb, "lns"))
+    if stalled and status_for(best.objective, lb) is Status.FEASIBLE:
+        best, lns_stats, lns_not_run = _improve_by_lns(problem, best, t0 + search.deadline, options)
+        if lns_stats is not None and lns_stats.windows:
+            options.tell(time.monotonic() - t0, best.objective, lb, "lns")
     fused = None
     if bounds.fusing:
         best, fused = fuse_if_faster(problem, best)
-    details = SolveDetails(run.cpsat_status, bounds.distrust, origins.get("tuned_start"),
-                           origins.get("periodic_start"), run.rounds, lns_stats, lns_not_run, fused)
-    status = Status.OPTIMAL if best.objective <= lb * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+    details = SolveDetails(run.cpsat_status, bounds.distrust, starts.tuned, starts.periodic, run.rounds, lns_stats,
+                           lns_not_run, fused)
     improved = best.schedule is not start.schedule
     meta = dict(best.schedule.meta, solver="zbsearch", start_heuristic=start.name, objective=problem.objective)
     # The plan record is the problem's, with the choice the answer was timed with (exact/lns.py may choose).
@@ -113,14 +117,11 @@ def solve(
     schedule = replace(best.schedule, name="zbsearch" if improved else start.name, meta=meta, plan=plan)
     # The timeline names the schedule it times: summaries print that name, so it must be the answer's.
     timeline = replace(best.timeline, schedule=schedule)
-    return SolveResult(problem, schedule, timeline, best.objective, min(lb, best.objective), status,
-                       time.monotonic() - t0, start.name, start.objective, details)
+    return SolveResult(problem, schedule, timeline, best.objective, min(lb, best.objective),
+                       status_for(best.objective, lb), time.monotonic() - t0, start.name, start.objective, details)
 
 
-def solve_placements(
-    problems: list[Problem], *, time_limit: float = 30.0, workers: int = 2, seed: int = 0,
-    resolution: int = 20, progress: Callable[[Progress], None] | None = None, budget: Budget = BUDGET,
-) -> SolveResult:
+def solve_placements(problems: list[Problem], options: SearchOptions = SearchOptions()) -> SolveResult:
     """Solve the same pipeline under several placements and return the best schedule.
 
     Each placement gets an equal share of the time still left when its turn comes, so time a
@@ -131,10 +132,9 @@ def solve_placements(
     results: list[SolveResult] = []
     refused: list[InfeasibleError] = []
     for k, problem in enumerate(problems):
-        share = (time_limit - (time.monotonic() - t0)) / (len(problems) - k)
+        share = (options.time_limit - (time.monotonic() - t0)) / (len(problems) - k)
         try:
-            results.append(solve(problem, time_limit=max(share, 0.0), workers=workers, seed=seed,
-                                 resolution=resolution, progress=progress, budget=budget))
+            results.append(solve(problem, options.with_time(share)))
         except InfeasibleError as exc:
             refused.append(exc)
     if not results:
@@ -142,13 +142,12 @@ def solve_placements(
     best = min(results, key=lambda r: (r.objective, max(r.timeline.peak_memory(q) for q in range(r.problem.num_ranks))))
     lower = min(r.lower_bound for r in results)
     outcomes = {r.problem.placement.name: PlacementOutcome(r.objective, r.lower_bound, r.status) for r in results}
-    return replace(best, lower_bound=lower,
-                   status=Status.OPTIMAL if best.objective <= lower * (1 + OPTIMAL_RTOL) else Status.FEASIBLE,
+    return replace(best, lower_bound=lower, status=status_for(best.objective, lower),
                    solve_seconds=time.monotonic() - t0, details=replace(best.details, placements=outcomes))
 
 
-def _improve_by_lns(problem: Problem, best: Start, until: float, workers: int, seed: int,
-                    resolution: int) -> tuple[Start, lns.LnsStats | None, str | None]:
+def _improve_by_lns(problem: Problem, best: Start, until: float,
+                    options: SearchOptions) -> tuple[Start, lns.LnsStats | None, str | None]:
     """The incumbent after the large-neighbourhood search up to `until` (time.monotonic()), if better,
     with the search's counts, or why it did not run; unchanged (and no counts) when too little time is
     left for its first check and one window."""
@@ -156,10 +155,10 @@ def _improve_by_lns(problem: Problem, best: Start, until: float, workers: int, s
         return best, None, None
     split = with_backwards_split(best.schedule, keep_whole=fusable_chunks(problem))
     known = best.timeline if split.ranks == best.schedule.ranks else None  # validated already, unless split differs
-    found = lns.improve(problem, split, until, timeline=known, workers=workers, seed=seed, resolution=resolution)
+    found = lns.improve(problem, split, until, timeline=known, workers=options.workers, seed=options.seed,
+                        resolution=options.resolution)
     if found is None:
         return best, None, "not run: the start is not valid with its backwards split"
-    schedule, timeline, obj, stats = found
-    if obj < best.objective * (1 - 1e-12):
-        return Start(best.name, schedule, timeline, obj), stats, None
-    return best, stats, None
+    if found.objective < best.objective * (1 - 1e-12):
+        return Start(best.name, found.schedule, found.timeline, found.objective), found.stats, None
+    return best, found.stats, None

@@ -8,43 +8,38 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
-
 from ...core.ir import Action, Kind, Schedule
-from ...core.objective import Objective, Status
+from ...core.objective import Objective, Status, status_for
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..bounds.analytic import RankBound
-from ..budget import Budget
 from ..exact.cpsat import choose_step, fusable_chunks
 from ..exact.run_model import orders_from_starts, solve_grid
+from ..options import SearchOptions
 from ..problem import Problem, on_grid
 from .incumbent import with_backwards_split
-from .report import GridRound, Progress
+from .report import GridRound
 from .starts import Start
 
 # Finest grid the refinement goes to: the shortest pass in this many units.
 MAX_RESOLUTION = 320
 # Models up to this many passes start on the exact grid when there is one (see refine).
 EXACT_FIRST_MAX_PASSES = 600
-# Relative tolerance under which the incumbent counts as equal to the lower bound (proven optimal).
-OPTIMAL_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
 class GridSearch:
     """What every grid round shares: the problem, its exact rank bounds, when the solve started and must
-    stop (`deadline` seconds after `t0`), CP-SAT's workers and seed, whether CP-SAT's bound holds for
-    the problem (not where passes may pair or fuse), and who hears of progress."""
+    stop (`deadline` seconds after `t0`), the solve's options (CP-SAT's workers and seed, the first
+    grid's resolution, the budget, who hears of progress), and whether CP-SAT's bound holds for the
+    problem (not where passes may pair or fuse)."""
 
     problem: Problem
     real_bounds: list[RankBound]
     t0: float
     deadline: float
-    workers: int
-    seed: int
+    options: SearchOptions
     trust_bound: bool
-    progress: Callable[[Progress], None] | None = None
 
     def left(self) -> float:
         return self.deadline - (time.monotonic() - self.t0)
@@ -72,21 +67,21 @@ class _Outcome:
     build: float = 0.0
 
 
-def refine(search: GridSearch, best: Start, lb: float, resolution: int, budget: Budget) -> GridRun:
-    """Grid rounds from `resolution` units in the shortest pass, doubling while each is proven optimal,
-    until the incumbent meets the bound or the time is spent."""
+def refine(search: GridSearch, best: Start, lb: float) -> GridRun:
+    """Grid rounds from the options' resolution (units in the shortest pass), doubling while each is
+    proven optimal, until the incumbent meets the bound or the time is spent."""
     problem = search.problem
     rounds: list[GridRound] = []
     status = "not run"
-    res = resolution
-    if best.objective <= lb * (1 + OPTIMAL_RTOL):
+    res = search.options.resolution
+    if status_for(best.objective, lb) is Status.OPTIMAL:
         return GridRun(best, lb, (), status)
     # A small model whose times all sit on a common grid goes straight to that grid: only there can
     # a span be proven optimal (a coarser grid's bound loses a step), and the coarse rounds before it
     # cost small models more than they save.
     exact = exact_step(problem) if len(problem.passes) <= EXACT_FIRST_MAX_PASSES else None
-    while best.objective > lb * (1 + OPTIMAL_RTOL) and search.left() > 0.5:
-        if search.left() < len(problem.passes) * budget.cpsat_seconds_per_pass:
+    while status_for(best.objective, lb) is Status.FEASIBLE and search.left() > 0.5:
+        if search.left() < len(problem.passes) * search.options.budget.cpsat_seconds_per_pass:
             status = "skipped: too little time left for a model of this size"
             break
         step = exact if exact is not None else choose_step(problem, res)
@@ -126,14 +121,13 @@ def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
     slack = None if single else (0 if grid_is_exact(problem, step) else 1)
 
     def on_solution(elapsed: float, obj: int, bound: int) -> None:
-        if search.progress:
-            shown = max(lb, real_bound(problem, bound, step)) if search.trust_bound else lb
-            search.progress(Progress(time.monotonic() - search.t0, min(best.objective, obj * step), shown,
-                                     f"cp-sat {step:.3g}"))
+        shown = max(lb, real_bound(problem, bound, step)) if search.trust_bound else lb
+        search.options.tell(time.monotonic() - search.t0, min(best.objective, obj * step), shown, f"cp-sat {step:.3g}")
 
     result = solve_grid(grid, hint=hint, horizon=horizon(problem, search.real_bounds, best_tl, step),
-                        time_limit=search.left(), workers=search.workers, seed=int(search.seed),
-                        progress=on_solution, first_start_cap=caps, arrival_slack=slack, hint_fused=hint_fused)
+                        time_limit=search.left(), workers=search.options.workers, seed=int(search.options.seed),
+                        progress=on_solution, first_start_cap=caps, arrival_slack=slack, hint_fused=hint_fused,
+                        budget=search.options.budget)
     if result.status is Status.INFEASIBLE:
         # The incumbent is feasible, so an infeasible grid model means the horizon or the memory
         # rounding cut it off (or a full backward the model cannot fuse, one that does not hold

@@ -21,6 +21,7 @@ from ...sim.simulate import memory_delta, memory_events, simulate
 from ...sim.validate import check, over_limit
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
+from ..options import SearchOptions
 from ..problem import Choice, Problem
 from .incumbent import with_backwards_split
 from .starts import Start
@@ -98,8 +99,8 @@ def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tu
     return chosen, Start(start.name, schedule, timeline, problem.objective.of(timeline))
 
 
-def choose_by_windows(problem: Problem, start: Start, deadline: float, workers: int = 2,
-                      seed: int = 0) -> tuple[Problem, Start]:
+def choose_by_windows(problem: Problem, start: Start, deadline: float,
+                      options: SearchOptions = SearchOptions()) -> tuple[Problem, Start]:
     """`start` improved until `deadline` (time.monotonic()) by large-neighbourhood windows that choose the
     order and which microbatches recompute together (exact/lns.py with exact/choice.py), then with the
     microbatches that fit keeping their activations again (recompute_fewer); both unchanged where no
@@ -107,10 +108,11 @@ def choose_by_windows(problem: Problem, start: Start, deadline: float, workers: 
     if all(cost.without_recompute is None for cost in problem.chunk_costs):
         return problem, start
     split = with_backwards_split(start.schedule, keep_whole=fusable_chunks(problem))
-    found = lns.improve(problem, split, deadline, workers=workers, seed=seed, choose=True)
-    if found is None or not found[2] < start.objective * (1 - 1e-12):
+    found = lns.improve(problem, split, deadline, workers=options.workers, seed=options.seed,
+                        resolution=options.resolution, choose=True)
+    if found is None or not found.objective < start.objective * (1 - 1e-12):
         return problem, start
-    schedule, timeline, objective, _ = found
+    schedule, timeline, objective = found.schedule, found.timeline, found.objective
     # The windows' choice; where they improved the order without changing what recomputes, the problem's.
     chosen = schedule.plan.recompute_microbatches or problem.recompute_microbatches
     # The start's meta (solver facts) and plan record (its split and levels) with the windows' choice.

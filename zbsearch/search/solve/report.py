@@ -14,18 +14,13 @@ from ...core.ir import Schedule
 from ...core.objective import Objective, Status
 from ...sim.simulate import Timeline
 from ...sim.summary import Summary, summarize
-from ..exact.lns import LnsStats
+from ..exact.lns_report import LnsStats
+from ..options import Progress
 from ..problem import Problem
+from .starts import Origin
 
-
-@dataclass(frozen=True)
-class Progress:
-    """One progress event: elapsed seconds, the incumbent and the bound in the profile's time unit."""
-
-    elapsed: float
-    incumbent: float
-    bound: float
-    phase: str
+__all__ = ["GridRound", "PartitionDetails", "PlacementOutcome", "Progress", "RankFacts", "SolveDetails",
+           "SolveReport", "SolveResult", "SplitFacts"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +54,43 @@ class PlacementOutcome:
 
 
 @dataclass(frozen=True)
+class RankFacts:
+    """One rank of a plan's split: the layers of each of its chunks (chunk index, layer names), static
+    bytes, peak activation bytes, their sum, the whole-rank cap (None where the limit is a multiple of p,
+    which leaves static bytes out), whether its activations fit, and what recompute does there (the keys
+    of core.recompute_choice.recompute_facts; empty where it recomputes nothing)."""
+
+    rank: int
+    chunks: tuple[tuple[int, tuple[str, ...]], ...]
+    static_bytes: float
+    peak_activation_bytes: float
+    total_bytes: float
+    cap_bytes: float | None
+    fits: bool
+    recompute: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "chunks": [{"chunk": c, "layers": list(names)} for c, names in self.chunks],
+                "static_bytes": self.static_bytes, "peak_activation_bytes": self.peak_activation_bytes,
+                "total_bytes": self.total_bytes, "cap_bytes": self.cap_bytes, "fits": self.fits, **self.recompute}
+
+
+@dataclass(frozen=True)
+class SplitFacts:
+    """A plan's split of a layer-level profile, chosen by `rule`: layers per chunk in route order, each
+    chunk's layer names by chunk index, and the ranks' facts."""
+
+    rule: str
+    layers_per_chunk: tuple[int, ...]
+    chunks: tuple[tuple[str, ...], ...]
+    ranks: tuple[RankFacts, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "layers_per_chunk": list(self.layers_per_chunk),
+                "chunks": [list(names) for names in self.chunks], "ranks": [r.to_dict() for r in self.ranks]}
+
+
+@dataclass(frozen=True)
 class PartitionDetails:
     """What the partition search adds: where the chosen split came from, its own bound and the bound over
     every split (overall and per placement: bound, splits bounded, whether the walk finished, the best
@@ -69,14 +101,14 @@ class PartitionDetails:
     any_split_bound: float
     any_split_bound_by_placement: dict[str, dict[str, Any]]
     splits_scored: int
-    facts: dict[str, Any]
+    facts: SplitFacts
     origin: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.origin is None else {"split_origin": self.origin}
         return {**out, "own_split_bound": self.own_split_bound, "any_split_bound": self.any_split_bound,
                 "any_split_bound_by_placement": self.any_split_bound_by_placement,
-                "splits_scored": self.splits_scored, "partition_rule": self.rule, "partition": self.facts}
+                "splits_scored": self.splits_scored, "partition_rule": self.rule, "partition": self.facts.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -90,8 +122,8 @@ class SolveDetails:
 
     cpsat_status: str = "not run"
     cpsat_bound: str | None = None
-    tuned_start: dict[str, Any] | None = None
-    periodic_start: dict[str, Any] | None = None
+    tuned_start: Origin | None = None
+    periodic_start: Origin | None = None
     grid_rounds: tuple[GridRound, ...] = ()
     lns: LnsStats | None = None
     lns_not_run: str | None = None
@@ -102,9 +134,11 @@ class SolveDetails:
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys, in the order the solver reached them; absent ones left out."""
         out: dict[str, Any] = {"cpsat_status": self.cpsat_status}
-        optional = {"cpsat_bound": self.cpsat_bound, "tuned_start": self.tuned_start,
-                    "periodic_start": self.periodic_start}
-        out.update({k: v for k, v in optional.items() if v is not None})
+        if self.cpsat_bound is not None:
+            out["cpsat_bound"] = self.cpsat_bound
+        for key, origin in (("tuned_start", self.tuned_start), ("periodic_start", self.periodic_start)):
+            if origin is not None:
+                out[key] = origin.to_dict()
         if self.grid_rounds:
             out.update(self.grid_rounds[-1].to_dict())
             out["cpsat_status"] = self.cpsat_status

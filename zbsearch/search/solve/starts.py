@@ -12,6 +12,7 @@ what they find only when it is shorter and passes the validator.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ...core.errors import ZbsearchError
@@ -32,6 +33,31 @@ class Start(NamedTuple):
     schedule: Schedule
     timeline: Timeline
     objective: float
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a better start came from: the name of the start it replaced and, for the tuning, the
+    evaluation that found it."""
+
+    replaced: str
+    found_at_evaluation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (`solve --json`'s tuned_start and periodic_start)."""
+        out: dict[str, Any] = {"from": self.replaced}
+        if self.found_at_evaluation is not None:
+            out["found_at_evaluation"] = self.found_at_evaluation
+        return out
+
+
+@dataclass(frozen=True)
+class Improved:
+    """What a search for a better start returns: the start to go on with, and where it came from (None
+    where it is the start it was given)."""
+
+    start: Start
+    origin: Origin | None = None
 
 
 def one_at_a_time(problem: Problem, weights_at_once: bool = False, fused: bool = False) -> Schedule:
@@ -72,17 +98,17 @@ def heuristic_start(problem: Problem) -> Start:
     return Start("one-at-a-time", fallback, report.timeline, problem.objective.of(report.timeline))
 
 
-def tuned_start(problem: Problem, start: Start, deadline: float, seed: int) -> tuple[Start, dict[str, Any] | None]:
+def tuned_start(problem: Problem, start: Start, deadline: float, seed: int) -> Improved:
     """The per-rank tuned list greedy where it is shorter than `start` and valid, with where it came
-    from; else `start` and None."""
+    from; else `start` alone."""
     base = GreedyOptions("list", by_route=len(problem.placement.routes) > 1)
     tuned = tune(problem, base=base, deadline=deadline, seed=seed)
     if tuned is None or tuned.cost >= start.objective * (1 - 1e-12):
-        return start, None
+        return Improved(start)
     found = valid_start(problem, engine_schedule(tuned.result, problem, tuned.options))
     if found is None:
-        return start, None
-    return found, {"from": start.name, "found_at_evaluation": tuned.found_at}
+        return Improved(start)
+    return Improved(found, Origin(start.name, tuned.found_at))
 
 
 def periodic_applies(problem: Problem) -> bool:
@@ -93,16 +119,16 @@ def periodic_applies(problem: Problem) -> bool:
         and not all(math.isinf(cap) for cap in problem.limit.per_rank)
 
 
-def periodic_start(problem: Problem, start: Start, deadline: float) -> tuple[Start, dict[str, Any] | None]:
+def periodic_start(problem: Problem, start: Start, deadline: float) -> Improved:
     """The best periodic schedule where it is shorter than `start` and valid, with where it came from;
-    else `start` and None."""
+    else `start` alone."""
     found = best_periodic(problem, deadline)
     if found is None or found.objective >= start.objective * (1 - 1e-12):
-        return start, None
+        return Improved(start)
     valid = valid_start(problem, found.schedule)
     if valid is None:
-        return start, None
-    return valid, {"from": start.name}
+        return Improved(start)
+    return Improved(valid, Origin(start.name))
 
 
 def valid_start(problem: Problem, schedule: Schedule) -> Start | None:
