@@ -171,9 +171,10 @@ def every_split_record(request: SplitRequest, incumbent: float, least: bool) -> 
         request = replace(request, profile=replace(request.profile, layers=least_memory(request.profile.layers or ())))
     cheap = any_split_bound_of(request, SplitSearch(request, math.inf), incumbent, None)
     walked = any_split_bound_of(request, SplitSearch(request, math.inf), incumbent, time.monotonic() + WALK_SECONDS)
-    complete = all(how["walk_complete"] for how in walked[1].values())
-    return {"dp": {"bound": cheap[0], "by_placement": cheap[1]},
-            "walk": {"bound": walked[0], "by_placement": walked[1]} if complete else "walk incomplete: not recorded"}
+    complete = all(how["walk_complete"] for how in walked.by_placement.values())
+    return {"dp": {"bound": cheap.value, "by_placement": cheap.by_placement},
+            "walk": {"bound": walked.value, "by_placement": walked.by_placement} if complete
+            else "walk incomplete: not recorded"}
 
 
 def run_cli(args: list[str]) -> str:
