@@ -1,8 +1,9 @@
 """Library errors speak in domain terms; only the CLI names command-line flags (issue #11, item 5).
 
 The library (everything outside zbsearch/cli) is also called from Python, where `--mem-limit` means
-nothing; the CLI puts the flag in front of the message (cli/options.py: naming). Provenance text that
-a profile records (e.g. "forced by --layers-per-stage") is not an error and is not scanned.
+nothing; the CLI puts the flag of the error's subject in front of the message (cli/options.py:
+SUBJECT_FLAGS). Provenance text that a profile records (e.g. "forced by --layers-per-stage") is not an
+error and is not scanned.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
 from zbsearch.cli.console import progress_bar, stdout_console
-from zbsearch.cli.options import load_cli_profile, naming, naming_subjects, parse_limit
+from zbsearch.cli.options import flags_for, load_cli_profile, name_subject, parse_limit
 from zbsearch.cli.params import (count_list_parser, parse_figure_formats, parse_microbatch_list, parse_stages,
     parse_uniform_times)
-from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError, RunError, ScheduleError
+from zbsearch.core.errors import InfeasibleError, MemoryLimitError, ProfileError, RunError, ScheduleError, ZbsearchError
 from zbsearch.core.ir import Action, Kind
 from zbsearch.core.profile import profile_schema, uniform_profile
 from zbsearch.report.render import fitted_label, gantt_cells, search_status
@@ -553,43 +553,39 @@ def test_parse_limit_names_the_profile_file(profile_file):
                                "or 2p")
 
 
-def test_naming_puts_the_option_in_front_only_when_missing():
-    with pytest.raises(MemoryLimitError) as info, naming({"--mem-limit": "1q"}):
-        raise MemoryLimitError("memory limit '1q' is not a limit")
-    assert str(info.value) == "--mem-limit: memory limit '1q' is not a limit"
-    with pytest.raises(MemoryLimitError) as info, naming({"--mem-limit": "1q"}):
-        raise MemoryLimitError("--mem-limit '1q' is not a limit")
-    assert str(info.value) == "--mem-limit '1q' is not a limit"
-    several = {"--mem-limits": ["1p", "2x"], "--objective": "span", "--placement": "v"}
-    with pytest.raises(MemoryLimitError) as info, naming(several):
-        raise MemoryLimitError("memory limit '2x' is not a limit")
-    assert str(info.value) == "--mem-limits: memory limit '2x' is not a limit"
-    with pytest.raises(ProfileError) as info, naming(several):
-        raise ProfileError("stage 0 has no costs")
-    assert str(info.value) == "stage 0 has no costs"
-    with pytest.raises(InfeasibleError) as info, naming({"--mem-limit": "0.1p"}, quoted=True):
-        raise InfeasibleError("memory limit 0.1p is infeasible: the minimum is 0.25p")
-    assert str(info.value) == "--mem-limit: memory limit 0.1p is infeasible: the minimum is 0.25p"
-    with pytest.raises(InfeasibleError) as info, naming({"--mem-limit": "0.1p"}, quoted=True):
-        raise InfeasibleError("nothing fits")
-    assert str(info.value) == "nothing fits"
+def _named(exc: ZbsearchError, spelled: dict | None = None) -> str:
+    """The message the CLI prints for `exc`: a command's `flags_for`, then ZbsearchGroup.invoke's naming."""
+    with pytest.raises(type(exc)) as info:
+        with flags_for(spelled or {}):
+            raise exc
+    name_subject(info.value)
+    return str(info.value)
 
 
-def test_naming_subjects_goes_by_what_the_message_opens_with():
-    subjects = {"--nproc": "process count", "--steps": "step count"}
-    with pytest.raises(RunError) as info, naming_subjects(subjects):
-        raise RunError("process count 3 does not match schedule 'x', which has 2 ranks: start 2 processes")
-    assert str(info.value) == ("--nproc: process count 3 does not match schedule 'x', which has 2 ranks: "
-                               "start 2 processes")
-    with pytest.raises(RunError) as info, naming_subjects(subjects):
-        raise RunError("step count 0 is too small: run at least 1 step")
-    assert str(info.value) == "--steps: step count 0 is too small: run at least 1 step"
-    with pytest.raises(ScheduleError) as info, naming_subjects(subjects):
-        raise ScheduleError("rank 3 never runs the step count 3 asks for")
-    assert str(info.value) == "rank 3 never runs the step count 3 asks for"
-    with pytest.raises(RunError) as info, naming_subjects(subjects):
-        raise RunError("step count 0 is too small: use --steps 1")
-    assert str(info.value) == "step count 0 is too small: use --steps 1"
+def test_the_subject_puts_its_flag_in_front_only_when_missing():
+    assert _named(MemoryLimitError("memory limit '1q' is not a limit", subject="mem_limit")) == \
+        "--mem-limit: memory limit '1q' is not a limit"
+    assert _named(MemoryLimitError("--mem-limit '1q' is not a limit", subject="mem_limit")) == \
+        "--mem-limit '1q' is not a limit"
+    # compare spells the memory limit --mem-limits
+    assert _named(MemoryLimitError("memory limit '2x' is not a limit", subject="mem_limit"),
+                  {"mem_limit": "--mem-limits"}) == "--mem-limits: memory limit '2x' is not a limit"
+    assert _named(ProfileError("stage 0 has no costs")) == "stage 0 has no costs"
+    assert _named(InfeasibleError("memory limit 0.1p is infeasible: the minimum is 0.25p", subject="mem_limit")) == \
+        "--mem-limit: memory limit 0.1p is infeasible: the minimum is 0.25p"
+    assert _named(InfeasibleError("nothing fits")) == "nothing fits"
+
+
+def test_run_subjects_name_the_run_flags():
+    assert _named(RunError("process count 3 does not match schedule 'x', which has 2 ranks: start 2 processes",
+                           subject="nproc")) == ("--nproc: process count 3 does not match schedule 'x', which has 2 "
+                                                 "ranks: start 2 processes")
+    assert _named(RunError("step count 0 is too small: run at least 1 step", subject="steps")) == \
+        "--steps: step count 0 is too small: run at least 1 step"
+    assert _named(ScheduleError("rank 3 never runs the step count 3 asks for")) == \
+        "rank 3 never runs the step count 3 asks for"
+    assert _named(RunError("step count 0 is too small: use --steps 1", subject="steps")) == \
+        "step count 0 is too small: use --steps 1"
 
 
 def test_parsers_return_values():

@@ -1,48 +1,88 @@
-"""cli/options.py's `naming`: a library error gets the flag whose value was wrong in front of it, and only
-that flag (issue 29, defect 1: a value quoted as the fault wins over another option's value that the
-message lists as a choice)."""
+"""cli/options.py's subject naming: a library error carries the field it is about (ZbsearchError.subject),
+and the CLI puts that field's flag in front of it (SUBJECT_FLAGS), only that flag, and only where the message
+names none (issue 29, defect 1: the field at fault wins over another option's value the message lists as a
+choice; issue 38, deliverable 5: no flag is guessed from the wording)."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import zbsearch
 from zbsearch.cli.app import app
-from zbsearch.cli.options import naming
-from zbsearch.core.errors import ZbsearchError
+from zbsearch.cli.options import SUBJECT_FLAGS, flags_for, name_subject
+from zbsearch.core.errors import ZbsearchError, about
+from zbsearch.core.ir import linear
+from zbsearch.core.memory import check_feasible, parse_mem_limit
+from zbsearch.core.profile import uniform_profile
+from zbsearch.search.partition.candidates import parse_rule
 
 
-def _named(values: dict, message: str, *, quoted: bool = False) -> str:
+def _named(call, spelled: dict | None = None) -> str:
+    """The message the CLI prints for the error `call` raises."""
     with pytest.raises(ZbsearchError) as caught:
-        with naming(values, quoted=quoted):
-            raise ZbsearchError(message)
+        with flags_for(spelled or {}):
+            call()
+    name_subject(caught.value)
     return str(caught.value)
 
 
-def test_the_quoted_value_wins_over_a_listed_choice() -> None:
-    values = {"--partition": "atuo", "--mem-limit": "auto", "--placement": None}
+def test_the_field_at_fault_wins_over_a_listed_choice() -> None:
+    # "auto" is the memory limit's value too, and the message lists it as a choice: the error is the rule's
     message = "partition 'atuo' is not known: use auto, even, balanced or fixed:N1,N2,..."
-    assert _named(values, message, quoted=True) == f"--partition: {message}"
+    assert _named(lambda: parse_rule("atuo", (), linear(2))) == f"--partition: {message}"
 
 
-def test_an_outer_naming_leaves_an_inner_ones_flag() -> None:
-    with pytest.raises(ZbsearchError) as caught:
-        with naming({"--mem-limit": "auto"}, quoted=True):
-            with naming({"--placement": "foo", "--mem-limit": "auto"}, quoted=True):
-                raise ZbsearchError("placement 'foo' is not known: use one of linear, v, auto")
-    assert str(caught.value) == "--placement: placement 'foo' is not known: use one of linear, v, auto"
+def test_a_commands_own_flag_is_left_by_the_default_naming() -> None:
+    profile = uniform_profile(1, 2, 1, p=2, m=4)
+    assert _named(lambda: parse_mem_limit("1q", profile), {"mem_limit": "--mem-limits"}).startswith(
+        "--mem-limits: memory limit '1q' is not understood")
 
 
-def test_an_unquoted_mention_still_names_its_flag() -> None:
-    message = "memory limit 0.01p is infeasible: raise it"
-    assert _named({"--mem-limit": "0.01p", "--placement": "v"}, message, quoted=True) == f"--mem-limit: {message}"
+def test_an_infeasible_limit_names_the_limit() -> None:
+    profile = uniform_profile(1, 2, 1, p=2, m=4)
+    named = _named(lambda: check_feasible(profile, linear(2), parse_mem_limit("0.01p", profile)))
+    assert named.startswith("--mem-limit: memory limit 0.01p is infeasible")
 
 
-def test_two_quoted_values_name_no_flag() -> None:
+def test_an_error_about_no_field_names_no_flag() -> None:
     message = "placement 'v' cannot hold partition 'even'"
-    assert _named({"--placement": "v", "--partition": "even"}, message, quoted=True) == message
+
+    def fail() -> None:
+        raise ZbsearchError(message)
+
+    assert _named(fail) == message
+
+
+def test_the_innermost_subject_stays_unless_the_step_claims_its_errors() -> None:
+    def fail() -> None:
+        with about("mem_limit"):
+            with about("placement"):
+                raise ZbsearchError("placement 'foo' is not known")
+
+    assert _named(fail) == "--placement: placement 'foo' is not known"
+    with pytest.raises(ZbsearchError) as caught:
+        with about("profile", overriding=True):
+            raise ZbsearchError("layers per chunk 1,2 add up to 3", subject="partition")
+    assert caught.value.subject == "profile"
+
+
+def test_every_subject_the_library_names_has_a_flag() -> None:
+    package = Path(zbsearch.__file__).parent
+    named: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "subject" and isinstance(node.value, ast.Constant):
+                named.add(str(node.value.value))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "about" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                named.add(str(node.args[0].value))
+    assert len(named) > 20  # the scan really reads the raise sites
+    assert sorted(named - set(SUBJECT_FLAGS)) == []
 
 
 @pytest.mark.parametrize("args,flag", [

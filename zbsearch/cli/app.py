@@ -25,7 +25,7 @@ from .console import print_error, print_warning, progress_bar, stdout_console
 from .levers import DevicesOpt, DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, warn_paper_accounting
 from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
     MicrobatchesOpt, ObjectiveOpt, OutputOpt, PartitionOpt, PlacementOpt, ProfileOpt, SeedOpt, StagesOpt,
-    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, name_subject, naming, naming_subjects,
+    TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, name_subject,
     parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
 from ..core.memory import above_usable
@@ -116,8 +116,7 @@ def baseline(
     reason); -o is written only for a valid schedule.
     """
     problem = load_cli_profile(profile, uniform, p, m, uniform_memory)
-    with naming_subjects({"--chunks": "chunk count"}):
-        schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
+    schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
     limit = parse_limit(mem_limit, problem, placement=schedule.placement)
     report = check(schedule, problem, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
@@ -248,10 +247,9 @@ def solve(
     planned = planned_profile(prof, request)
     _warn_about_plan(planned, mem_limit, headroom, export_torch)
     if rule is None:
-        with naming({"--mem-limit": mem_limit, "--objective": objective, "--placement": placement or "linear"}):
-            _warn_even_chunks(planned, problems_for(planned, request), json_out)
+        _warn_even_chunks(planned, problems_for(planned, request), json_out)
     out = stdout_console()
-    with progress_bar("solve", enabled=not json_out) as progress, split.naming_split(rule, mem_limit, placement):
+    with progress_bar("solve", enabled=not json_out) as progress:
         def on_event(event: Progress) -> None:
             progress(int(event.elapsed), math.ceil(time_limit), render.search_status(event))
 

@@ -14,8 +14,8 @@ import typer
 
 from .console import progress_bar, stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
-    StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, load_cli_profile, naming, parse_limit,
-    problem_for_schedule)
+    StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, flags_for, load_cli_profile,
+    parse_limit, problem_for_schedule)
 from .params import IntList, StrList, parse_figure_formats, parse_microbatch_list, parse_str_list
 from ..search.options import SearchOptions
 from ..studies import compare as cmp
@@ -23,6 +23,9 @@ from ..report.plot import require_matplotlib
 from ..core.ir import Schedule
 from ..report.plot import figure_format, plot_gantt
 from ..sim.validate import check
+
+# compare takes a list of memory limits, so its flag for the limit is --mem-limits (SUBJECT_FLAGS names the rest).
+COMPARE_FLAGS = {"mem_limit": "--mem-limits"}
 
 # Options only these commands take (the shared ones come from options.py).
 MicrobatchListOpt = Annotated[Optional[IntList], typer.Option(
@@ -100,11 +103,10 @@ def compare_command(
     placement = placement or ("auto" if prof.layers is not None else "linear")
     for limit in mem_limits:
         # a limit that does not apply is reported naming the profile file
-        parse_limit(limit, prof, "--mem-limits")
+        parse_limit(limit, prof, COMPARE_FLAGS["mem_limit"])
     if figures:
         require_matplotlib()  # say it is missing before the long part
-    options = {"--mem-limits": mem_limits, "--schedules": schedules, "--objective": objective, "--placement": placement}
-    with progress_bar("compare") as progress, naming(options):
+    with progress_bar("compare") as progress, flags_for(COMPARE_FLAGS):
         comp = cmp.compare(
             prof, microbatches=list(m) if m else None, limits=list(mem_limits), schedules=schedules,
             objective=objective, options=SearchOptions(time_limit, workers, seed), placement=placement, chunks=chunks,

@@ -16,7 +16,7 @@ from ..core.profile import Profile, load_profile
 from ..profiling.distributed import reports_here
 from .console import stdout_console
 from .levers import MemoryModelOpt
-from .options import OUTPUT_PANEL, PROBLEM_PANEL, naming_subjects
+from .options import OUTPUT_PANEL, PROBLEM_PANEL, flags_for
 from .params import StrList, parse_str_list
 from .run import BackendOpt, DeviceOpt, TimeoutOpt, TORCH_PANEL
 from ..interop.run.calibrate import calibrate
@@ -61,8 +61,8 @@ StudyOutOpt = Annotated[Path, typer.Option(
     help="Writes PREFIX.md, PREFIX.csv and PREFIX.png (and PREFIX-profile.json when it calibrates); the folder "
          "is created.")]
 
-SUBJECTS = {"--steps": "step count", "--warmup": "warm-up step count", "--backend": "backend", "--device": "device",
-            "--timeout": "timeout"}
+# The study takes a list of memory limits, so its flag for the limit is --mem-limits (SUBJECT_FLAGS names the rest).
+FIDELITY_FLAGS = {"mem_limit": "--mem-limits"}
 
 
 def _none(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -82,9 +82,8 @@ def calibrate_command(
     add the overhead to every pass and read hops off the message table. Needs torch.
     """
 
-    with naming_subjects(SUBJECTS):
-        result = calibrate(load_profile(profile), backend=backend, device=device, steps=steps, warmup=warmup,
-                           timeout_s=timeout, memory_model=memory_model, pin_cpu=pin)
+    result = calibrate(load_profile(profile), backend=backend, device=device, steps=steps, warmup=warmup,
+                       timeout_s=timeout, memory_model=memory_model, pin_cpu=pin)
     if not reports_here():  # torchrun's other ranks: rank 0 writes the same result
         return
     result.save(output)
@@ -120,7 +119,7 @@ def fidelity_command(
     output.parent.mkdir(parents=True, exist_ok=True)
     out = stdout_console()
     cal: Profile | None = None
-    with naming_subjects(SUBJECTS):
+    with flags_for(FIDELITY_FLAGS):
         if calibrated is not None:
             cal = load_profile(calibrated)
         elif not no_calibrate:

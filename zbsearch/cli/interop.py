@@ -19,7 +19,7 @@ from ..interop.formats.megatron_recompute import megatron_recompute
 from ..interop.formats.torchtitan import CHECKED, resolve_version
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
-    naming_subjects, problem_for_schedule)
+    flags_for, problem_for_schedule)
 from .levers import warn_every_microbatch, warn_paper_accounting
 from .params import parse_chunks, parse_microbatches
 from ..core.ir import Schedule
@@ -97,9 +97,8 @@ def export_command(
         warn_every_microbatch(schedule, "torchtitan")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
-    with naming_subjects({"--torchtitan": "torchtitan version"}):
-        version, why = resolve_version(torchtitan) if fmt == "torchtitan" else (None, "")  # once: it reads the disk
-        paths = export_files(schedule, fmt, output, problem, version)
+    version, why = resolve_version(torchtitan) if fmt == "torchtitan" else (None, "")  # once: it reads the disk
+    paths = export_files(schedule, fmt, output, problem, version)
     out = stdout_console()
     out.print(f"wrote {paths[0]} ({'torch-csv' if fmt == 'torchtitan' else fmt}: {schedule.num_ranks} ranks, "
               f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
@@ -146,7 +145,7 @@ def import_command(
     else:
         if p is not None or stages_per_rank is not None:
             raise ZbsearchError("-p and --stages-per-rank go with --torch-schedule; a CSV has one row per rank")
-        with naming_subjects({"--microbatches": "microbatch count"}):
+        with flags_for({"microbatches": "--microbatches"}):  # import has always named -m by its long name
             schedule = import_torch_csv(csv_file, microbatches)  # type: ignore[arg-type]
     validate(schedule)
     schedule.save(output)

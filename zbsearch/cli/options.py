@@ -6,16 +6,16 @@ alias, so the flags, their help and their defaults cannot drift apart between co
 do not parse are usage errors (params.py). The checks that tie options together (`--uniform` needs
 `-p`; `-p` must match the profile; the schedule's ranks must match the profile's stages) live in
 `load_cli_profile` and `problem_for_schedule`, which raise ProfileError with the fix; the CLI turns that
-into one line. `naming` adds the option to a library error that speaks only of the value.
+into one line. SUBJECT_FLAGS names the option a library error is about (ZbsearchError.subject).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -220,8 +220,7 @@ def _uniform(times: Numbers | str, p: int, m: int, memory: Numbers | str | None)
     if isinstance(memory, str):
         memory = parse_uniform_memory(memory)
     mem_B, mem_W = memory if memory is not None else (1.0, 0.5)
-    with naming({"--uniform": _text(times)}):
-        return uniform_profile(*times, p=p, m=m, mem_B=mem_B, mem_W=mem_W)
+    return uniform_profile(*times, p=p, m=m, mem_B=mem_B, mem_W=mem_W)
 
 
 def problem_for_schedule(
@@ -245,8 +244,7 @@ def problem_for_schedule(
     problem = load_cli_profile(profile, uniform, p, None, uniform_memory,
                            default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
     # The plan's accounting, sharding and levels, and on a split of the layers its split: costed as solved.
-    with naming({"--profile": str(profile)}):
-        problem = for_plan(problem, schedule)
+    problem = for_plan(problem, schedule)
     ranks = schedule.num_ranks
     if problem.num_stages == ranks:
         return problem
@@ -266,82 +264,51 @@ def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit",
     `placement`: the schedule's, for `auto` (DualPipe's holds two parameter copies)."""
     if text is None:
         return None
-    with naming({flag: text}):
+    with flags_for({"mem_limit": flag}):
         return parse_mem_limit(text, problem, placement)
 
 
-# The flag of each request field a library error may be about (ZbsearchError.subject; the fields of
-# search.entry.request.PlanRequest): the one table from subjects to flags.
+# The flag of each field a library error may be about (ZbsearchError.subject: the fields of
+# search.entry.request.PlanRequest, and the inputs of the other commands' library calls): the one table
+# from subjects to flags. A command that spells a field otherwise (compare's --mem-limits) says so with
+# `flags_for`; everything else is named here, in ZbsearchGroup.invoke.
 SUBJECT_FLAGS = {
     "mem_limit": "--mem-limit", "objective": "--objective", "placement": "--placement", "partition": "--partition",
     "stages": "-p", "microbatches": "-m", "headroom": "--headroom", "memory_model": "--memory-model",
     "recompute": "--recompute", "dp_shard": "--dp-shard", "sharding": "--sharding", "devices": "--devices",
+    "uniform": "--uniform", "profile": "--profile", "chunks": "--chunks", "schedules": "--schedules",
+    "figures": "--figures", "global_batch": "--global-batch", "dp": "--dp", "micro_batch": "--micro-batch",
+    "target_bubble": "--target-bubble", "torchtitan": "--torchtitan", "nproc": "--nproc", "backend": "--backend",
+    "device": "--device", "model": "--model", "steps": "--steps", "warmup": "--warmup", "timeout": "--timeout",
 }
 
 
-def name_subject(exc: ZbsearchError) -> None:
-    """Put the flag of the error's subject in front of its message (SUBJECT_FLAGS), unless the message
-    names a flag already."""
-    flag = SUBJECT_FLAGS.get(exc.subject or "")
-    if flag is not None:
-        _put_in_front(exc, [flag], SUBJECT_FLAGS.values())
-
-
-@contextmanager
-def naming(values: Mapping[str, Any], *, quoted: bool = False) -> Iterator[None]:
-    """Put the option in front of a library error about its value, when the message does not name it.
-
-    The library speaks of the memory limit or the placement, not of flags. `values` maps each option
-    to the value (or list of values) the user gave it. With one option and not `quoted`, every error
-    is taken to be about it (the call reads nothing else); otherwise the error is about the option
-    whose value the message mentions, and where it mentions several, the one whose value it puts in
-    quotes (the library quotes the value at fault, `placement 'foo' is not known`, and may list a choice
-    that is another option's value, `use ... auto`). Errors about no option, or still about several,
-    pass unchanged.
-    """
-    try:
-        yield
-    except ZbsearchError as exc:
-        message = str(exc)
-        about = list(values) if len(values) == 1 and not quoted else [
-            flag for flag, value in values.items() if any(_mentions(message, v, whole=True) for v in _listed(value))]
-        if len(about) > 1:
-            about = [flag for flag in about if any(_quotes(message, v) for v in _listed(values[flag]))] or about
-        _put_in_front(exc, about, values)
-        raise
-
-
-@contextmanager
-def naming_subjects(subjects: Mapping[str, str]) -> Iterator[None]:
-    """Like `naming`, for options whose values alone would be ambiguous (small counts): a library
-    error is about the option whose subject it opens with, e.g. "process count 3 ..." -> --nproc."""
-    try:
-        yield
-    except ZbsearchError as exc:
-        message = str(exc)
-        _put_in_front(exc, [flag for flag, subject in subjects.items() if message.startswith(f"{subject} ")], subjects)
-        raise
-
-
-def _put_in_front(exc: ZbsearchError, about: list[str], options: Iterable[str]) -> None:
-    """Prefix the one option the error is about, unless the message already names one of `options` or an
-    inner `naming` has put an option in front of it."""
+def name_subject(exc: ZbsearchError, spelled: Mapping[str, str] | None = None) -> None:
+    """Put the flag of the error's subject in front of its message: the command's own spelling of it
+    (`spelled`, subject -> flag) or else SUBJECT_FLAGS', unless the message names a flag already (the
+    CLI's own messages do, and an inner `flags_for` has put one in front)."""
+    spelled = spelled or {}
+    subject = exc.subject or ""
+    flag = spelled.get(subject, SUBJECT_FLAGS.get(subject))
     message = str(exc)
-    if len(about) == 1 and not message.startswith("--") and not any(_mentions(message, flag.rstrip("s"))
-                                                                    for flag in options):
-        exc.args = (f"{about[0]}: {message}",)
+    if flag is None or message.startswith("--"):
+        return
+    # A flag's singular counts too: a message about --mem-limits may say --mem-limit.
+    if not any(_mentions(message, known.rstrip("s")) for known in [*SUBJECT_FLAGS.values(), *spelled.values()]):
+        exc.args = (f"{flag}: {message}",)
 
 
-def _listed(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+@contextmanager
+def flags_for(spelled: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside name the command's own flag for the subjects in `spelled` (subject -> flag),
+    and SUBJECT_FLAGS' for the others."""
+    try:
+        yield
+    except ZbsearchError as exc:
+        name_subject(exc, spelled)
+        raise
 
 
-def _quotes(message: str, word: str) -> bool:
-    return f"'{word}'" in message or f'"{word}"' in message
-
-
-def _mentions(message: str, word: str, whole: bool = False) -> bool:
-    tail = r"(?![\w.])" if whole else ""
-    return re.search(rf"(?<![\w.-]){re.escape(word)}{tail}", message) is not None
+def _mentions(message: str, flag: str) -> bool:
+    """Whether `message` names `flag` (not as the tail of a longer word: `-p` is not in `zb-p`)."""
+    return re.search(rf"(?<![\w.-]){re.escape(flag)}", message) is not None

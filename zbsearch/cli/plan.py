@@ -25,7 +25,7 @@ from ..plan.closed_forms import (CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVEN
 from ..plan.microbatches import check_target
 from ..plan.planner import Plan, PlanRow, microbatches_from_batch, plan
 from .options import (PROBLEM_PANEL, ChunksOpt, JsonOpt, MemLimitOpt, MicrobatchesOpt, ObjectiveOpt,
-    ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_cli_profile, naming, naming_subjects, parse_limit)
+    ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt, load_cli_profile, parse_limit)
 from ..schedules import REGISTRY
 
 PLAN_PANEL = "Plan"
@@ -60,9 +60,7 @@ def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro
     if dp is None or micro_batch is None:
         raise PlanError(f"--global-batch {global_batch} needs --dp D and --micro-batch b to give "
                         "m = global batch / (dp x micro-batch)")
-    with naming_subjects({"--global-batch": "global batch", "--dp": "data-parallel degree",
-                          "--micro-batch": "micro-batch size"}):
-        derived = microbatches_from_batch(global_batch, dp, micro_batch)
+    derived = microbatches_from_batch(global_batch, dp, micro_batch)
     return derived, f"--global-batch {global_batch} / (dp {dp} x micro-batch {micro_batch})"
 
 
@@ -173,10 +171,8 @@ def plan_command(
     with one recommendation: never over the limit; the smallest bubble; ties to less memory, then less
     communication. m comes from -m, or from --global-batch / (--dp x --micro-batch).
     """
-    with naming({"--target-bubble": target_bubble}):
-        check_target(target_bubble)
-    with naming({"--objective": objective}):
-        check_objective(objective)
+    check_target(target_bubble)
+    check_objective(objective)
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")

@@ -21,7 +21,7 @@ from ..core.ir import Kind, Schedule
 from ..core.profile import Profile
 from .console import print_warning, stdout_console
 from .options import (OUTPUT_PANEL, JsonOpt, ProfileOpt, StagesOpt, UniformMemoryOpt, UniformOpt,
-    naming_subjects, problem_for_schedule)
+    problem_for_schedule)
 from ..interop.run.launcher import run, thread_mismatch
 from ..profiling.distributed import reports_here
 
@@ -78,10 +78,6 @@ RunOutputOpt = Annotated[Optional[Path], typer.Option(
     help="Also write the result JSON (as --json prints it) here, atomically, once the run has finished.",
 )]
 
-SUBJECTS = {"--nproc": "process count", "--backend": "backend", "--device": "device", "--model": "model",
-            "--steps": "step count", "--warmup": "warm-up step count", "--timeout": "timeout"}
-
-
 def run_command(
     schedule_file: Annotated[Path, typer.Argument(metavar="SCHEDULE.json", help="Schedule JSON to run.")],
     profile: ProfileOpt = None,
@@ -120,9 +116,8 @@ def run_command(
     mismatch = thread_mismatch(problem)
     if mismatch is not None and reports_here():
         print_warning(mismatch)
-    with naming_subjects(SUBJECTS):
-        result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms,
-                     warmup=warmup, device=device, check=check, timeout_s=timeout)
+    result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms,
+                 warmup=warmup, device=device, check=check, timeout_s=timeout)
     if not reports_here():  # torchrun's other ranks: rank 0 prints and writes the same result
         raise typer.Exit(0 if result.ok else 1)
     text = json.dumps(result.to_dict(), indent=1) + "\n"

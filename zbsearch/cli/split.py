@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.table import Table
 
@@ -14,7 +13,7 @@ from ..core.profile import Profile, check_stages, load_profile
 from ..report.render import fmt_bytes, fmt_number
 from ..search.solve.driver import SolveResult
 from ..search.partition.report import layer_range
-from .options import load_cli_profile, naming, naming_subjects
+from .options import load_cli_profile
 
 
 def solve_profile(path: Path | None, uniform: Any, p: int | None, m: int | None, uniform_memory: Any,
@@ -33,19 +32,6 @@ def solve_profile(path: Path | None, uniform: Any, p: int | None, m: int | None,
     if p is not None:
         check_stages(p)
     return loaded.with_microbatches(m) if m is not None else loaded
-
-
-@contextmanager
-def naming_split(rule: str | None, mem_limit: str, placement: str | None) -> Iterator[None]:
-    """Which flag a search's error is about. Innermost first: an error about the counts is --partition's even
-    when it quotes the placement."""
-    if rule is None:
-        with naming({"--mem-limit": mem_limit}, quoted=True):
-            yield
-        return
-    with naming({"--partition": rule, "--mem-limit": mem_limit, "--placement": placement}, quoted=True), \
-            naming_subjects({"--partition": "layers per chunk"}):
-        yield
 
 
 def split_table(result: SolveResult) -> Table:

@@ -23,12 +23,14 @@ class ZbsearchError(Exception):
 
 
 @contextmanager
-def about(subject: str) -> Iterator[None]:
-    """Errors raised inside are about `subject` unless they already name one."""
+def about(subject: str, *, overriding: bool = False) -> Iterator[None]:
+    """Errors raised inside are about `subject` unless they already name one. `overriding`: about
+    `subject` even so, for a step whose inputs the caller did not give field by field (a plan's split
+    checked against a profile is about the profile, though the check speaks of the split)."""
     try:
         yield
     except ZbsearchError as exc:
-        if exc.subject is None:
+        if exc.subject is None or overriding:
             exc.subject = subject
         raise
 

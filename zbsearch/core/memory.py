@@ -85,7 +85,7 @@ def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | N
     factor = p_multiple(s)
     if factor is not None:
         if factor <= 0:
-            raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p")
+            raise MemoryLimitError(f"memory limit {text!r} must be positive, e.g. 1p or 2p", subject="mem_limit")
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
         return _auto(profile, placement if placement is not None else linear(p), headroom)
@@ -94,20 +94,18 @@ def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | N
         unit = (m.group(2) or "").lower()
         size = float(m.group(1)) * _UNITS[unit]
         if size <= 0:
-            raise MemoryLimitError(f"memory limit {text!r} must be positive")
+            raise MemoryLimitError(f"memory limit {text!r} must be positive", subject="mem_limit")
         if profile.memory_unit != "bytes":
             raise MemoryLimitError(
                 f"memory limit {text!r} is an absolute size, but profile {profile.label} gives memory in "
-                "relative units: use a multiple of p such as 1p or 2p"
-            )
+                "relative units: use a multiple of p such as 1p or 2p", subject="mem_limit")
         if profile.partition is not None:
             return MemoryLimit(s, tuple(size - (profile.stages[r].static_bytes or 0.0) for r in range(p)),
                                _UNIT_NAMES[unit], includes_static=True)
         return MemoryLimit(s, (size,) * p, _UNIT_NAMES[unit])
     raise MemoryLimitError(
         f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
-        "(48GiB, 40GB, 1000000000), auto or none"
-    )
+        "(48GiB, 40GB, 1000000000), auto or none", subject="mem_limit")
 
 
 def _auto(profile: Profile, placement: Placement, headroom: float) -> MemoryLimit:
@@ -116,10 +114,10 @@ def _auto(profile: Profile, placement: Placement, headroom: float) -> MemoryLimi
     if profile.device_capacity_bytes is None or static is None or profile.memory_unit != "bytes":
         raise MemoryLimitError(
             f"memory limit auto needs the profile to give device_capacity_bytes and every stage's "
-            f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB"
-        )
+            f"static_bytes in bytes; profile {profile.label} does not: use e.g. 2p or 48GiB", subject="mem_limit")
     if not 0 <= headroom < 1:
-        raise MemoryLimitError(f"headroom {headroom} is not a share of the device: give 0 <= headroom < 1")
+        raise MemoryLimitError(f"headroom {headroom} is not a share of the device: give 0 <= headroom < 1",
+                               subject="headroom")
     usable = profile.device_capacity_bytes * (1 - headroom)
     per = tuple(usable - x for x in static)
     if min(per) <= 0:
@@ -129,7 +127,7 @@ def _auto(profile: Profile, placement: Placement, headroom: float) -> MemoryLimi
         raise MemoryLimitError(
             f"memory limit auto leaves no room on rank {r}: {held} ({_amount(static[r] / 2**30, 'GiB', up=True)}) "
             f"exceed the usable device memory ({_amount(usable / 2**30, 'GiB', up=False)} after a {headroom:.0%} "
-            "headroom)")
+            "headroom)", subject="mem_limit")
     return MemoryLimit("auto", per, "GiB", includes_static=profile.partition is not None)
 
 
@@ -194,8 +192,8 @@ def check_feasible(profile: Profile, placement: Placement, limit: MemoryLimit) -
         f"memory limit {limit.text} is infeasible: {what} at least "
         f"{_amount(needed[rank], limit.unit, up=True)} on rank {rank} ({most}), but the limit gives it "
         f"{_amount((limit.per_rank[rank] + static[rank]) / unit[rank], limit.unit, up=False)}; the minimum is "
-        f"{_amount(top, limit.unit, up=True)} per rank (the smallest feasible limit): raise the limit to at least that"
-    )
+        f"{_amount(top, limit.unit, up=True)} per rank (the smallest feasible limit): raise the limit to at least that",
+        subject="mem_limit")
 
 
 def _unit_size(unit: str, profile: Profile, p: int, rank: int) -> float:

@@ -50,7 +50,8 @@ class Objective(_Word):
         try:
             return cls(value)
         except ValueError:
-            raise PreconditionError(f"objective {value!r} is not known: use one of {', '.join(OBJECTIVES)}") from None
+            raise PreconditionError(f"objective {value!r} is not known: use one of {', '.join(OBJECTIVES)}",
+                                    subject="objective") from None
 
     def of(self, timed: _Timed) -> float:
         """The makespan or the span of anything that has both (a Timeline, a Summary)."""

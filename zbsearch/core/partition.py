@@ -52,17 +52,18 @@ def check_chunk_counts(counts: Sequence[int], n_layers: int, placement: Placemen
     if n_layers < k:
         raise PartitionError(f"the model has {n_layers} layers but placement {placement.name!r} on "
                              f"{placement.num_ranks} ranks has {k} chunks: every chunk needs at least one layer, so "
-                             "use fewer ranks or fewer chunks per rank")
+                             "use fewer ranks or fewer chunks per rank", subject="placement")
     if len(counts) != k:
         raise PartitionError(f"layers per chunk {given} give {len(counts)} chunks but placement "
                              f"{placement.name!r} on {placement.num_ranks} ranks has {k}: give {k} counts in route order"
-                             f"{_placement_hint(len(counts), placement.num_ranks)}")
+                             f"{_placement_hint(len(counts), placement.num_ranks)}", subject="partition")
     if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
-        raise PartitionError(f"layers per chunk {given}: every chunk needs a positive whole number of layers")
+        raise PartitionError(f"layers per chunk {given}: every chunk needs a positive whole number of layers",
+                             subject="partition")
     if sum(counts) != n_layers:
         raise PartitionError(f"layers per chunk {given} add up to {sum(counts)} but the model has {n_layers} "
                              f"layers (every entry of the profile's layers list, the embedding and the head "
-                             f"included): make them add up to {n_layers}")
+                             f"included): make them add up to {n_layers}", subject="partition")
     return tuple(counts)
 
 

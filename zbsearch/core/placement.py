@@ -32,7 +32,7 @@ def parse_placement(text: str, p: int) -> Placement:
     if t == "dualpipe":
         need = even_ranks(p)
         if need:
-            raise PreconditionError(f"placement 'dualpipe' needs {need}; got p={p}")
+            raise PreconditionError(f"placement 'dualpipe' needs {need}; got p={p}", subject="placement")
         return dualpipe(p)
     if t == "interleaved" or t.startswith("interleaved:"):
         _, _, v = t.partition(":")
@@ -42,6 +42,6 @@ def parse_placement(text: str, p: int) -> Placement:
             chunks = 0
         if chunks < 1:
             raise ZbsearchError(f"placement {text!r} needs V >= 1 chunks per rank: write interleaved:V, "
-                                "e.g. interleaved:2")
+                                "e.g. interleaved:2", subject="placement")
         return interleaved(p, chunks)
-    raise ZbsearchError(f"placement {text!r} is not known: use one of {PLACEMENT_NAMES}")
+    raise ZbsearchError(f"placement {text!r} is not known: use one of {PLACEMENT_NAMES}", subject="placement")

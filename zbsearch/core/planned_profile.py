@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from .errors import ProfileError
+from .errors import ProfileError, about
 from .ir import Schedule
 from .partition import counts_of, partition_profile
 from .profile import Profile
@@ -32,6 +32,9 @@ def as_planned(profile: Profile, memory_model: str | None = None, sharding: Shar
     return with_recompute(profile, levels or {}, restage=restage)
 
 
+# Every error is about the profile given for the plan, the split's count checks included: the plan
+# itself was checked when it was made (and when its file loaded).
+@about("profile", overriding=True)
 def for_plan(profile: Profile, schedule: Schedule) -> Profile:
     """The profile `schedule` was planned on, from the one it was planned from: its record's memory
     accounting, sharding and levels applied, and on a split of the layers that split. A profile without

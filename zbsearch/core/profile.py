@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .calibration import CommTable, check_memory_model, comm_time, parse_comm_table, running_cost
-from .errors import ProfileError
+from .errors import ProfileError, about
 from .fileio import read_json, write_atomic
 from .ir import Placement
 from .layers import Layer, parse_layers
@@ -285,4 +285,5 @@ def uniform_profile(
         "comm": comm,
         "source": {"kind": "estimated", "method": "uniform shorthand: identical stages given on the command line"},
     }
-    return Profile.from_dict(data, origin="uniform profile")
+    with about("uniform"):  # the numbers of the shorthand are the only input that can be wrong here
+        return Profile.from_dict(data, origin="uniform profile")

@@ -57,7 +57,7 @@ MEMORY_CONVENTION = "peak activations on the busiest rank, in whole-stage M_B (1
 def check_objective(objective: str) -> str:
     """The cost convention must be makespan or span."""
     if objective not in OBJECTIVES:
-        raise PlanError(f"objective {objective!r} is not a cost convention: use makespan or span")
+        raise PlanError(f"objective {objective!r} is not a cost convention: use makespan or span", subject="objective")
     return objective
 
 

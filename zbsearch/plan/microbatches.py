@@ -35,7 +35,8 @@ def below(fraction: float, target: float) -> bool:
 def check_target(target: float) -> float:
     """A bubble target must be a fraction strictly between 0 and 1."""
     if not isinstance(target, (int, float)) or not 0 < target < 1 or math.isnan(target):
-        raise PlanError(f"bubble target {target} is not a fraction in (0, 1): write e.g. 0.05 for 5%")
+        raise PlanError(f"bubble target {target} is not a fraction in (0, 1): write e.g. 0.05 for 5%",
+                        subject="target_bubble")
     return float(target)
 
 

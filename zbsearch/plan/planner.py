@@ -27,9 +27,10 @@ def microbatches_from_batch(global_batch: int, dp: int, micro_batch: int) -> int
     PlanError
         A count below 1, or a global batch that dp x micro-batch does not divide.
     """
-    for what, value in (("global batch", global_batch), ("data-parallel degree", dp), ("micro-batch size", micro_batch)):
+    for what, value, field in (("global batch", global_batch, "global_batch"), ("data-parallel degree", dp, "dp"),
+                               ("micro-batch size", micro_batch, "micro_batch")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PlanError(f"{what} {value!r} is not a count: give a whole number >= 1")
+            raise PlanError(f"{what} {value!r} is not a count: give a whole number >= 1", subject=field)
     per_step = dp * micro_batch
     if global_batch % per_step:
         lower = global_batch // per_step * per_step
@@ -37,8 +38,8 @@ def microbatches_from_batch(global_batch: int, dp: int, micro_batch: int) -> int
         near = f"{lower} or {upper}" if lower else f"{upper}"
         raise PlanError(
             f"global batch {global_batch} is not divisible by dp x micro-batch = {dp} x {micro_batch} = "
-            f"{per_step}: use a multiple of {per_step} (e.g. {near}) or change dp or the micro-batch size"
-        )
+            f"{per_step}: use a multiple of {per_step} (e.g. {near}) or change dp or the micro-batch size",
+            subject="global_batch")
     return global_batch // per_step
 
 
@@ -199,7 +200,8 @@ def plan(profile: Profile, m: int, *, limit: MemoryLimit | None = None, target: 
     check_target(target)
     check_objective(objective)
     if v < 1:
-        raise PlanError(f"chunk count {v} is too small: interleaved-1f1b needs 2 or more chunks per rank")
+        raise PlanError(f"chunk count {v} is too small: interleaved-1f1b needs 2 or more chunks per rank",
+                        subject="chunks")
     limit_units = None if limit is None or limit.unlimited else limit.in_stage_units(profile)
     rows: list[PlanRow] = []
     skipped: list[Skipped] = []

@@ -41,7 +41,7 @@ def generate(name: str, p: int, m: int, chunks: int | None = None) -> Schedule:
     if chunks not in (None, spec.default_chunks):
         chosen = ", ".join(s.name for s in REGISTRY.values() if s.takes_chunks)
         raise PreconditionError(f"chunk count {chunks} does not apply to {spec.name}, which has a fixed placement: "
-                                f"only {chosen} takes one")
+                                f"only {chosen} takes one", subject="chunks")
     return spec.generator(p, m)
 
 

@@ -159,7 +159,7 @@ def make_problem(profile: Profile, mem_limit: str | None, objective: Objective |
     chosen = parse_placement(placement, p)
     need = placement_problem(placement, p, m)
     if need:
-        raise PreconditionError(f"placement {placement.strip()!r} needs {need}; got p={p}, m={m}")
+        raise PreconditionError(f"placement {placement.strip()!r} needs {need}; got p={p}, m={m}", subject="placement")
     limit = parse_mem_limit(mem_limit, profile, chosen, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
     return Problem(profile, chosen, m, limit, Objective.parse(objective))
 

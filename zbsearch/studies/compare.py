@@ -58,10 +58,10 @@ ProgressFn = Callable[[int, int, str], None]
 
 class CompareInputError(PlanError):
     """A compare() argument that cannot be used. `parameter` names it and `problem` says what is wrong
-    and the fix, so that the CLI can put its own option name in front."""
+    and the fix; `subject` is the request field it is about, for the CLI to put its option in front."""
 
-    def __init__(self, parameter: str, problem: str):
-        super().__init__(f"{parameter}{problem}")
+    def __init__(self, parameter: str, problem: str, subject: str):
+        super().__init__(f"{parameter}{problem}", subject=subject)
         self.parameter = parameter
         self.problem = problem
 
@@ -91,7 +91,7 @@ def select_schedules(schedules: str | Sequence[str], with_torch: bool | None) ->
         elif key != "none":
             raise CompareInputError("schedules", (
                 f": unknown schedule {item!r}: use all, handcrafted, torch, none, or names from "
-                f"{', '.join(REGISTRY)}, {', '.join(TORCH_BUILTINS)}"))
+                f"{', '.join(REGISTRY)}, {', '.join(TORCH_BUILTINS)}"), "schedules")
     if (named_torch or with_torch) and not torch_available():
         raise DependencyError("torch's built-in schedules need torch, which is not installed: "
                               "pip install 'zbsearch[torch]' (torch==2.13.0; the CPU wheel is enough)")
@@ -176,10 +176,10 @@ def compare(
 
 def _checked_limits(profile: Profile, limits: Sequence[str], objective: str) -> tuple[str, ...]:
     if objective not in OBJECTIVES:
-        raise CompareInputError("objective", f" {objective!r}: use one of {', '.join(OBJECTIVES)}")
+        raise CompareInputError("objective", f" {objective!r}: use one of {', '.join(OBJECTIVES)}", "objective")
     limits = tuple(limits)
     if not limits:
-        raise CompareInputError("limits", " is empty: give at least one memory limit, e.g. 1p,2p")
+        raise CompareInputError("limits", " is empty: give at least one memory limit, e.g. 1p,2p", "mem_limit")
     for text in limits:
         parse_mem_limit(text, profile)  # fail before any work on a bad limit
     return limits
@@ -253,7 +253,7 @@ def write(comp: Comparison, prefix: str | Path, figures: Sequence[str] = ("png",
     prefix = Path(prefix)
     for fmt in figures:
         if fmt not in ("png", "svg"):
-            raise CompareInputError("figure format", f" {fmt!r}: use png, svg, or none")
+            raise CompareInputError("figure format", f" {fmt!r}: use png, svg, or none", "figures")
     if figures:
         require_matplotlib()  # fail before writing anything when matplotlib is missing
     prefix.parent.mkdir(parents=True, exist_ok=True)

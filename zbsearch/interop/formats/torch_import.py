@@ -114,7 +114,8 @@ def from_rows(rows: Iterable[Iterable[Any]], num_microbatches: int | None = None
     m = top_mb + 1 if num_microbatches is None else num_microbatches
     if m < 1 or top_mb >= m:
         raise ScheduleError(f"microbatch count {m} does not cover {origin}, which mentions microbatch {top_mb} "
-                            f"(counted from 0): give {top_mb + 1} or more, or leave the count out to infer it")
+                            f"(counted from 0): give {top_mb + 1} or more, or leave the count out to infer it",
+                            subject="microbatches")
     placement = infer_placement([owner[c] for c in range(n)], len(ranks))
     return Schedule(name, placement, m, tuple(tuple(a) for a in ranks), {"imported_from": origin})
 

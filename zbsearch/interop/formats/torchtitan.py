@@ -64,7 +64,7 @@ def resolve_version(requested: str | None) -> tuple[str, str]:
     if requested is not None:
         if requested not in VERSIONS:
             raise ZbsearchError(f"torchtitan version {requested!r} is not known: use main (Python configs, head "
-                                "lm_head) or 0.2 (TOML configs, head output)")
+                                "lm_head) or 0.2 (TOML configs, head output)", subject="torchtitan")
         return requested, "as asked"
     found = installed_version()
     return (found, "the torchtitan installed here") if found else ("main", "the default: no torchtitan installed here")

@@ -248,30 +248,33 @@ def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: 
     """Refuse, before any process starts, what cannot run: each message says what to use instead.
     Returns the device (cpu or cuda) and the model (profile, mlp or gpt-tiny)."""
     if backend not in BACKENDS:
-        raise RunError(f"backend {backend!r} is not known: use gloo (CPU) or nccl (GPUs)")
+        raise RunError(f"backend {backend!r} is not known: use gloo (CPU) or nccl (GPUs)", subject="backend")
     device = device if device is not None else DEVICES[backend]
     if device not in DEVICES.values():
-        raise RunError(f"device {device!r} is not known: use cpu (with gloo) or cuda (with nccl, one GPU per rank)")
+        raise RunError(f"device {device!r} is not known: use cpu (with gloo) or cuda (with nccl, one GPU per rank)",
+                       subject="device")
     if device != DEVICES[backend]:
-        raise RunError(f"device {device} does not go with backend {backend}: use gloo on the cpu, or nccl on cuda")
+        raise RunError(f"device {device} does not go with backend {backend}: use gloo on the cpu, or nccl on cuda",
+                       subject="device")
     if model is None:
         model = "profile" if profile is not None and isinstance(profile.details.get("model"), dict) else "mlp"
     if model not in MODELS + ("profile",):
-        raise RunError(f"model {model!r} is not known: use one of profile, {', '.join(MODELS)}")
+        raise RunError(f"model {model!r} is not known: use one of profile, {', '.join(MODELS)}", subject="model")
     if model == "profile" and profile is None:
-        raise RunError("model 'profile' runs the model a profile was made from: give the profile")
+        raise RunError("model 'profile' runs the model a profile was made from: give the profile", subject="model")
     if steps < 1:
-        raise RunError(f"step count {steps} is too small: run at least 1 step")
+        raise RunError(f"step count {steps} is too small: run at least 1 step", subject="steps")
     if pingpong_sizes and schedule.num_ranks < 2:
         raise RunError("timing messages needs two ranks: run a schedule for 2 or more ranks")
     if warmup < 0:
-        raise RunError(f"warm-up step count {warmup} is negative: use 0 or more")
+        raise RunError(f"warm-up step count {warmup} is negative: use 0 or more", subject="warmup")
     if not timeout_s > 0:
-        raise RunError(f"timeout {timeout_s} s is not positive: allow the run some seconds, e.g. 300")
+        raise RunError(f"timeout {timeout_s} s is not positive: allow the run some seconds, e.g. 300",
+                       subject="timeout")
     p = schedule.num_ranks
     if nproc is not None and nproc != p:
         raise RunError(f"process count {nproc} does not match schedule {schedule.name!r}, which has {p} ranks: "
-                       f"start {p} processes, one per rank")
+                       f"start {p} processes, one per rank", subject="nproc")
     if env is not None:
         _check_torchrun(schedule, env, backend)
         return device, model
@@ -279,5 +282,5 @@ def _check_request(schedule: Schedule, nproc: int | None, backend: str, device: 
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < p):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise RunError(f"backend nccl needs one GPU per rank: {p} ranks but {have} GPU(s) visible; "
-                       "use gloo to run on CPU")
+                       "use gloo to run on CPU", subject="backend")
     return device, model

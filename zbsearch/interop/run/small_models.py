@@ -33,7 +33,7 @@ def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
     elif model == "gpt-tiny":
         chunks = [_gpt_chunk(torch, first=c == 0, last=c == num_chunks - 1) for c in range(num_chunks)]
     else:
-        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}")
+        raise RunError(f"model {model!r} is not known: use one of {', '.join(MODELS)}", subject="model")
     return [c.double() for c in chunks]
 
 

@@ -158,6 +158,7 @@ def parse_rule(text: str, layers: Sequence[Layer], placement: Placement) -> tupl
             counts = [int(x) for x in t[len("fixed:"):].split(",")]
         except ValueError:
             raise PartitionError(f"partition {text!r}: write fixed: and whole numbers of layers per chunk in route "
-                                 "order, e.g. fixed:5,4,4,5") from None
+                                 "order, e.g. fixed:5,4,4,5", subject="partition") from None
         return "fixed", check_chunk_counts(counts, len(layers), placement)
-    raise PartitionError(f"partition {text!r} is not known: use auto, even, balanced or fixed:N1,N2,...")
+    raise PartitionError(f"partition {text!r} is not known: use auto, even, balanced or fixed:N1,N2,...",
+                         subject="partition")
