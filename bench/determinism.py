@@ -52,7 +52,7 @@ from zbsearch.search.greedy.options import GreedyOptions
 from zbsearch.search.greedy.tune import tune
 from zbsearch.search.partition.bounds import any_split_bound, split_bound
 from zbsearch.search.partition.enumerate import bound_input
-from zbsearch.search.partition.recompute import least_memory
+from zbsearch.search.recompute.search import least_memory
 from zbsearch.search.partition.search import (SplitRequest, SplitSearch, any_split_bound_of, improve_split,
                                               seed_splits)
 from zbsearch.search.problem import Problem, make_problems

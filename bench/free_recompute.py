@@ -28,7 +28,7 @@ from results_common import RESULTS, log, read_csv, write_csv, write_text  # noqa
 
 from zbsearch.core.errors import InfeasibleError  # noqa: E402
 from zbsearch.search.options import SearchOptions  # noqa: E402
-from zbsearch.search.partition.recompute import joint, least_memory  # noqa: E402
+from zbsearch.search.recompute.search import joint, least_memory  # noqa: E402
 from zbsearch.search.partition.search import SplitRequest  # noqa: E402
 
 COMMAND = "python bench/free_recompute.py"

@@ -22,13 +22,13 @@ from zbsearch.core.errors import InfeasibleError, ProfileError
 from zbsearch.core.partition import partition_profile
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
-from zbsearch.core.recompute_choice import parse_recompute, with_recompute
+from zbsearch.core.recompute.levels import parse_recompute, with_recompute
 from zbsearch.core.sharding import Sharding
 from zbsearch.core.static_bytes import shard_profile
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import PipelineSetup, StageSplit
 from zbsearch.search.options import SearchOptions
-from zbsearch.search.partition.recompute import everything, joint, ranks_at_cap, search_with_recompute
+from zbsearch.search.recompute.search import everything, joint, ranks_at_cap, search_with_recompute
 from zbsearch.search.partition.report import rank_totals
 from zbsearch.search.partition.search import SplitRequest
 from zbsearch.search.solve.report import SolveResult

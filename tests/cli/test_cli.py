@@ -649,3 +649,9 @@ def test_tables_written_to_a_pipe_keep_their_layer_names_whole():
     narrow = runner.invoke(app, args, env={"COLUMNS": "60"}).stdout
     rows = [[line for line in text.splitlines() if line.startswith("│")] for text in (narrow, piped.stdout)]
     assert max(map(len, rows[0])) <= 60 < max(map(len, rows[1]))
+
+
+def test_export_help_keeps_the_toml_table_name() -> None:
+    # rich reads "[parallelism]" as markup and dropped it from --torchtitan's help (issue 38)
+    result = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "TOML [parallelism] table" in result.stdout

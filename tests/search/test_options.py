@@ -21,7 +21,8 @@ from zbsearch.search import budget as budget_module
 from zbsearch.search.budget import BUDGET, Budget
 from zbsearch.search import options as options_module
 from zbsearch.search.options import Progress, SearchOptions
-from zbsearch.search.partition import recompute, search
+from zbsearch.search.partition import search
+from zbsearch.search.recompute import search as recompute
 from zbsearch.search.partition.search import SplitRequest
 from zbsearch.search.problem import Problem, make_problem
 from zbsearch.search.solve import driver

@@ -115,10 +115,10 @@ def baseline(
     Exits 1 when the schedule breaks --mem-limit (the summary still prints, with valid false and the
     reason); -o is written only for a valid schedule.
     """
-    problem = load_cli_profile(profile, uniform, p, m, uniform_memory)
-    schedule = generate(name, problem.num_stages, problem.microbatches, chunks)
-    limit = parse_limit(mem_limit, problem, placement=schedule.placement)
-    report = check(schedule, problem, limit)
+    prof = load_cli_profile(profile, uniform, p, m, uniform_memory)
+    schedule = generate(name, prof.num_stages, prof.microbatches, chunks)
+    limit = parse_limit(mem_limit, prof, placement=schedule.placement)
+    report = check(schedule, prof, limit)
     if report.timeline is None:  # broken structure or a deadlock: nothing to summarize
         report.raise_if_invalid(schedule.name)
     assert report.timeline is not None  # (raise_if_invalid raised)
@@ -154,8 +154,8 @@ def show(
     With --uniform, -p defaults to the schedule's rank count.
     """
     schedule = Schedule.load(schedule_file)
-    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
-    report = check(schedule, problem)
+    prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory)
+    report = check(schedule, prof)
     report.raise_if_invalid(schedule.name)
     assert report.timeline is not None  # a valid schedule is simulated
     summary = summarize(report.timeline)
@@ -183,15 +183,15 @@ def validate(
     schedule = Schedule.load(schedule_file)
     if mem_limit is not None and profile is None and uniform is None:
         raise ScheduleError("--mem-limit needs costs: add --profile PROFILE.json or --uniform F,B,W")
-    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    limit = parse_limit(mem_limit, problem, placement=schedule.placement) if problem is not None else None
-    report = check(schedule, problem, limit)
+    prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    limit = parse_limit(mem_limit, prof, placement=schedule.placement) if prof is not None else None
+    report = check(schedule, prof, limit)
     report.raise_if_invalid(schedule.name)
     what = (f"{schedule.name!r} is valid: {schedule.num_ranks} ranks, {schedule.num_microbatches} microbatches, "
             f"{schedule.count()} actions")
     if report.timeline is not None:
         tl = report.timeline
-        what += f"; makespan {fmt_number(tl.makespan)} {problem.time_unit}"  # type: ignore[union-attr]
+        what += f"; makespan {fmt_number(tl.makespan)} {prof.time_unit}"  # type: ignore[union-attr]
         if limit is not None:
             what += f"; within --mem-limit {limit.text}"
     else:

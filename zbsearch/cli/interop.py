@@ -39,7 +39,7 @@ ExportOutputOpt = Annotated[Path, typer.Option(
 TorchtitanOpt = Annotated[Optional[str], typer.Option(
     "--torchtitan", metavar="main|0.2", rich_help_panel=OUTPUT_PANEL,
     help="With --format torchtitan, the torchtitan to write for: main (a Python config, FILE's name with .py, head "
-         "lm_head) or 0.2 (the TOML [parallelism] table, FILE's name with .toml, head output). Default: the "
+         "lm_head) or 0.2 (the TOML \\[parallelism] table, FILE's name with .toml, head output). Default: the "
          "torchtitan installed here, else main.",
 )]
 ImportOutputOpt = Annotated[Path, typer.Option(
@@ -85,20 +85,20 @@ def export_command(
         if uniform is not None:
             raise ZbsearchError(f"--format {fmt} needs a layer split, which --uniform does not have: give the split's "
                                 "--profile PROFILE.json, or a schedule solved on a layer profile")
-        problem = None if profile is None else load_profile(profile)
+        prof = None if profile is None else load_profile(profile)
     else:
-        problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
-    if fmt in NEEDS_PROFILE and problem is None:
+        prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    if fmt in NEEDS_PROFILE and prof is None:
         raise ZbsearchError(f"--format {fmt} needs costs for the timeline: add --profile PROFILE.json or "
                             "--uniform F,B,W")
     if fmt in ("torch-csv", "torch-csv-comms", "torchtitan"):
-        warn_paper_accounting(problem, f"--format {fmt}")
+        warn_paper_accounting(prof, f"--format {fmt}")
     if fmt == "torchtitan":
         warn_every_microbatch(schedule, "torchtitan")
     if torchtitan is not None and fmt != "torchtitan":
         raise ZbsearchError(f"--torchtitan {torchtitan} goes with --format torchtitan: drop it, or export that format")
     version, why = resolve_version(torchtitan) if fmt == "torchtitan" else (None, "")  # once: it reads the disk
-    paths = export_files(schedule, fmt, output, problem, version)
+    paths = export_files(schedule, fmt, output, prof, version)
     out = stdout_console()
     out.print(f"wrote {paths[0]} ({'torch-csv' if fmt == 'torchtitan' else fmt}: {schedule.num_ranks} ranks, "
               f"{schedule.placement.num_chunks} stages, {schedule.num_microbatches} microbatches, "
@@ -115,7 +115,7 @@ def export_command(
                   "rank from the layout (leave --num-virtual-stages-per-pipeline-rank out) and runs its own 1F1B "
                   "order: only the split, and the recompute where the plan has one, come from this "
                   "schedule.", soft_wrap=True, markup=False)
-        statement = megatron_recompute(schedule, split_of(schedule, problem)).statement
+        statement = megatron_recompute(schedule, split_of(schedule, prof)).statement
         if statement is not None:  # the plan's memory is not what Megatron will hold
             print_warning(statement)
 

@@ -1,5 +1,5 @@
 """The memory levers on the command line: --memory-model, --dp-shard / --sharding and --recompute applied
-to a profile (core/sharding.py, core/recompute_choice.py), and the warnings for plans that torch's
+to a profile (core/sharding.py, core/recompute/levels.py), and the warnings for plans that torch's
 runtime will run with more memory, or without the recompute they were made with."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What every command reads from the command line: the problem (a profile file or the uniform
+"""What every command reads from the command line: the costs (a profile file or the uniform
 shorthand), the memory limit and the common output switches.
 
 Each option is declared once here, as an `Annotated` alias, and every command that takes it uses the
@@ -30,7 +30,7 @@ from .params import (Numbers, parse_chunks, parse_microbatches, parse_stages, pa
 PROBLEM_PANEL = "Problem"
 OUTPUT_PANEL = "Output"
 
-# -- the problem ------------------------------------------------------------------------------
+# -- the costs -----------------------------------------------------------------------------
 
 ProfileOpt = Annotated[Optional[Path], typer.Option(
     "--profile", metavar="PROFILE.json", rich_help_panel=PROBLEM_PANEL,
@@ -241,31 +241,31 @@ def problem_for_schedule(
     if optional and profile is None and uniform is None:
         check_uniform_companions(profile, uniform, p, uniform_memory)
         return None
-    problem = load_cli_profile(profile, uniform, p, None, uniform_memory,
+    prof = load_cli_profile(profile, uniform, p, None, uniform_memory,
                            default_p=schedule.num_ranks, default_m=schedule.num_microbatches)
     # The plan's accounting, sharding and levels, and on a split of the layers its split: costed as solved.
-    problem = for_plan(problem, schedule)
+    prof = for_plan(prof, schedule)
     ranks = schedule.num_ranks
-    if problem.num_stages == ranks:
-        return problem
+    if prof.num_stages == ranks:
+        return prof
     where = str(schedule_file)
     if profile is not None:
         raise ProfileError(
-            f"profile {str(profile)!r} has {problem.num_stages} stages but schedule {where!r} has {ranks} ranks: "
+            f"profile {str(profile)!r} has {prof.num_stages} stages but schedule {where!r} has {ranks} ranks: "
             f"use a profile with one stage per rank (or --uniform F,B,W, whose -p defaults to {ranks})"
         )
     raise ProfileError(f"-p {p} does not match schedule {where!r}, which has {ranks} ranks: drop -p or use -p {ranks}")
 
 
-def parse_limit(text: str | None, problem: Profile, flag: str = "--mem-limit",
+def parse_limit(text: str | None, prof: Profile, flag: str = "--mem-limit",
                 placement: Placement | None = None) -> MemoryLimit | None:
-    """--mem-limit for this problem (None when not given); errors name `flag`, the option `text` came
+    """--mem-limit for this profile (None when not given); errors name `flag`, the option `text` came
     from. A message about the profile names its file (`Profile.label`), not the `name` inside it.
     `placement`: the schedule's, for `auto` (DualPipe's holds two parameter copies)."""
     if text is None:
         return None
     with flags_for({"mem_limit": flag}):
-        return parse_mem_limit(text, problem, placement)
+        return parse_mem_limit(text, prof, placement)
 
 
 # The flag of each field a library error may be about (ZbsearchError.subject: the fields of

@@ -176,11 +176,11 @@ def plan_command(
     m_value, m_source = _microbatches(m, global_batch, dp, micro_batch)
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")
-    problem = load_cli_profile(profile, uniform, p, m_value, uniform_memory)
+    prof = load_cli_profile(profile, uniform, p, m_value, uniform_memory)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
-    limit = parse_limit(mem_limit, problem)
-    result = plan(problem, problem.microbatches, limit=limit, target=target_bubble,
+    limit = parse_limit(mem_limit, prof)
+    result = plan(prof, prof.microbatches, limit=limit, target=target_bubble,
                   v=chunks if chunks is not None else REGISTRY["interleaved-1f1b"].default_chunks or 2,
                   objective=objective, m_source=m_source)
     if json_out:

@@ -110,13 +110,13 @@ def run_command(
     """
 
     schedule = Schedule.load(schedule_file)
-    problem = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
+    prof = problem_for_schedule(schedule, schedule_file, profile, uniform, p, uniform_memory, optional=True)
     if reports_here():
-        warn_test_model_recompute(schedule, problem, model)
-    mismatch = thread_mismatch(problem)
+        warn_test_model_recompute(schedule, prof, model)
+    mismatch = thread_mismatch(prof)
     if mismatch is not None and reports_here():
         print_warning(mismatch)
-    result = run(schedule, nproc, backend, model, steps, profile=problem, seed=seed, comms=comms,
+    result = run(schedule, nproc, backend, model, steps, profile=prof, seed=seed, comms=comms,
                  warmup=warmup, device=device, check=check, timeout_s=timeout)
     if not reports_here():  # torchrun's other ranks: rank 0 prints and writes the same result
         raise typer.Exit(0 if result.ok else 1)
@@ -135,11 +135,11 @@ def run_command(
         raise ZbsearchError(f"{schedule.name!r} on torch does not match the reference: {listed}")
 
 
-def warn_test_model_recompute(schedule: Schedule, problem: Profile | None, model: str | None) -> None:
+def warn_test_model_recompute(schedule: Schedule, prof: Profile | None, model: str | None) -> None:
     """Say when a plan recomputes layers of a profile's model but the run executes a small test model,
     which has none of them (the profile's own model runs the plan's recompute)."""
     levels = schedule.plan.levels
-    runs_profile = problem is not None and isinstance(problem.details.get("model"), dict) and model in (None, "profile")
+    runs_profile = prof is not None and isinstance(prof.details.get("model"), dict) and model in (None, "profile")
     if levels and not runs_profile:
         print_warning(f"schedule {schedule.name!r} recomputes {len(levels)} layer(s) of its profile's model "
                       "(plan.recompute), but this run executes a small test model, which has none of them, "

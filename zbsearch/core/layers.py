@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .errors import ProfileError
-from .recompute import RecomputeOption, parse_options
+from .recompute.options import RecomputeOption, parse_options
 
 LAYER_KINDS = ("embedding", "decoder", "mtp", "output", "other")
 
@@ -47,7 +47,7 @@ class Layer:
     recompute: tuple[RecomputeOption, ...] = ()  # the ways to rebuild its activations in the backward
     # Anything else about the layer (FLOP counts, measured extras); never read by the solver.
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    # A layer run at a recompute level (core/recompute_choice.recomputed): the layer as profiled, what a
+    # A layer run at a recompute level (core/recompute/levels.recomputed): the layer as profiled, what a
     # microbatch that keeps its activations costs (per-microbatch recompute). Never written.
     as_profiled: "Layer | None" = field(default=None, compare=False, hash=False, repr=False)
 

@@ -118,7 +118,7 @@ def summed(group: Sequence[Layer], loss: bool = False, first: bool = False) -> S
     fused = any(layer.full_backward is not None for layer in group)
     mem_B = math.fsum(layer.mem_B for layer in group)
     mem_W = math.fsum(layer.mem_W for layer in group)
-    # Only a recomputed layer holds more from B until W than from F (core/recompute_choice.py); otherwise
+    # Only a recomputed layer holds more from B until W than from F (core/recompute/levels.py); otherwise
     # the sums keep the profile format's mem_W <= mem_B.
     recomputed = any("recomputed" in layer.details for layer in group)
     torch_b = torch_w = kept = None

@@ -15,7 +15,7 @@ from .errors import ProfileError, about
 from .ir import Schedule
 from .partition import counts_of, partition_profile
 from .profile import Profile
-from .recompute_choice import with_recompute
+from .recompute.levels import with_recompute
 from .sharding import Sharding
 from .static_bytes import shard_profile
 

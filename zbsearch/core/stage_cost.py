@@ -27,7 +27,7 @@ class StageCost:
     mem_kept_torch: float | None = None
     # Resolved by the memory model (calibration.running_cost): held after W until the iteration ends.
     mem_kept: float | None = None
-    # On a chunk with recomputed layers (core/recompute_choice.py): its cost for a microbatch that keeps its
+    # On a chunk with recomputed layers (core/recompute/levels.py): its cost for a microbatch that keeps its
     # activations, i.e. its layers as profiled, so that a plan may recompute only some microbatches. None
     # when nothing on the chunk is recomputed. Never written.
     without_recompute: "StageCost | None" = None

@@ -123,7 +123,7 @@ def head_cost(shape: Shape, r: Rates, params: int) -> LayerCost:
 
 
 def _with_recompute(cost: LayerCost, input_bytes: float, core: tuple[float, float] | None) -> LayerCost:
-    """The block with its recompute options (core/recompute.py). full keeps only the block's input and
+    """The block with its recompute options (core/recompute/options.py). full keeps only the block's input and
     runs its forward again in I; selective (naive attention only; `core`: the bytes the attention core
     saves and its forward time) drops the core's saved tensors and runs the core again in I. Either way I
     rebuilds what was dropped and, keeping its graph for W, holds it until W: the options' mem_W and peak

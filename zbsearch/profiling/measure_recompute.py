@@ -2,7 +2,7 @@
 (recompute_once.py): `full` (only the layer's input kept) on every layer whose input takes a gradient,
 and `selective` (the attention core) on the built-in GPT's blocks with naive attention.
 
-Per option, as core/recompute.py defines them: `mem_B`, the bytes held from F until I (the kept inputs
+Per option, as core/recompute/options.py defines them: `mem_B`, the bytes held from F until I (the kept inputs
 plus, for selective, what the rest of the layer saves); `mem_W`, the bytes held from I until W under
 torch's split backward (the rebuilt activations I keeps for W plus the output gradients it stores for
 W); `time`, what I pays extra (the median I with the option less the layer's median I, at least 0; W

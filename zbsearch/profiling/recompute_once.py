@@ -10,7 +10,7 @@ handle (saved-tensor hooks). The first time a backward needs one of them, the la
 then lives as long as its handle, which autograd frees with the saved variable that holds it (W frees
 those of the nodes it runs; the nodes only I runs keep theirs until the graph goes, as without
 recompute). So I rebuilds them, W reuses them, and the layer holds its input from F until I and its
-rebuilt activations from I until W, as the profile's `full` option says (core/recompute.py).
+rebuilt activations from I until W, as the profile's `full` option says (core/recompute/options.py).
 
 `full` wraps a whole layer (`RecomputeOnce`); `selective` wraps the attention core of the built-in GPT's
 block (models.Block.attend) with the same mechanism. A `Switch` per chunk says whether the forward running

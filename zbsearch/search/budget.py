@@ -55,7 +55,7 @@ class Budget:
     # the bound over every split at the end (`python bench/partition_study.py`).
     split_search_share: float = 0.45
     split_bound_share: float = 0.15
-    # --recompute auto and auto-layers (search/partition/recompute.py): the joint searches without recompute
+    # --recompute auto and auto-layers (search/recompute/search.py): the joint searches without recompute
     # and with every layer recomputed (each `recompute_plain_share` x T, unless the caller ran them); the
     # shares below are of the time left after them. Per rank (auto-layers) the walks over recompute levels
     # take `recompute_walk_share`, the polish of the best end the rest but `split_bound_share`, kept for the
@@ -65,7 +65,7 @@ class Budget:
     # Per microbatch (auto), the walks take `recompute_choice_walk_share`, and the polish stops
     # `recompute_choice_share` (besides split_bound_share) before the end; the bound then takes about a
     # second, and the best plan's CP-SAT windows that choose the order and which microbatches recompute
-    # (solve/microbatch_recompute.choose_by_windows) take the rest. The windows find more than the walks
+    # (recompute/microbatches.choose_by_windows) take the rest. The windows find more than the walks
     # and the polish in the same seconds: on eight rows of `python bench/memory_levers.py` (T = 25 s),
     # a walk of 0.2 and windows of about 0.7 against the earlier 0.5 and 0.35 moved the plan by -5.3%
     # (llama3-8b p=8 36 GiB) to +0.4% (gemma2-2b p=4 25 GiB), -1.8% on mean (one run each against the

@@ -15,7 +15,7 @@ from zbsearch.core.errors import PartitionError, ScheduleError
 from zbsearch.core.ir import Schedule
 from zbsearch.core.partition import counts_of, partition_profile
 from zbsearch.core.profile import load_profile
-from zbsearch.core.recompute_choice import with_recompute
+from zbsearch.core.recompute.levels import with_recompute
 from zbsearch.interop.formats.layer_split import split_of
 from zbsearch.interop.formats.megatron_recompute import block, megatron_recompute, spans
 from zbsearch.interop.formats.trainers import megatron_args

@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ...core.errors import PartitionError, ScheduleError
 from ...core.ir import Schedule
-from ...core.recompute_choice import plan_levels
+from ...core.recompute.levels import plan_levels
 from ...core.plan_record import Split
 
 CHECKED = "NVIDIA/Megatron-LM main at d98e8a64 (2026-08-22)"
@@ -63,7 +63,7 @@ def _levels(schedule: Schedule, split: Split) -> dict[str, str]:
 
 
 def _partial_microbatches(schedule: Schedule, partial: Mapping[int, list[int]]) -> str | None:
-    """Why the plan's per-microbatch choices cannot be Megatron's (core.recompute_choice.
+    """Why the plan's per-microbatch choices cannot be Megatron's (PlanRecord.
     levels_for_every_microbatch: `partial` the chunks that recompute only some microbatches, with those),
     or None."""
     if not partial:

@@ -29,7 +29,7 @@ from ...core.layers import Layer
 from ...core.partition import summed
 from ...core.profile import Profile
 from ...core.stage_cost import StageCost
-from ...core.recompute_choice import plan_levels, with_recompute
+from ...core.recompute.levels import plan_levels, with_recompute
 from ...profiling.partition import linear_partition
 from ...profiling.request import GptShape
 

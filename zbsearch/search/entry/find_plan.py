@@ -19,7 +19,7 @@ from ...core.profile import Profile, check_stages
 from ..problem import Problem, make_problems
 from ..options import Progress, SearchOptions
 from ..solve.driver import SolveResult, solve_placements
-from ..partition.recompute import search_with_recompute
+from ..recompute.search import search_with_recompute
 from ..partition.search import SplitRequest, search_splits
 from .request import SEARCHED_RECOMPUTE, PlanRequest, planned_profile
 

@@ -12,10 +12,10 @@ from ...core.errors import ZbsearchError, about
 from ...core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
 from ...core.planned_profile import as_planned
 from ...core.profile import Profile
-from ...core.recompute_choice import parse_recompute
+from ...core.recompute.levels import parse_recompute
 from ...core.sharding import Sharding, check_devices
 
-SEARCHED_RECOMPUTE = ("auto", "auto-layers")  # the search chooses the levels (search/partition/recompute.py)
+SEARCHED_RECOMPUTE = ("auto", "auto-layers")  # the search chooses the levels (search/recompute/search.py)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ savings in the middle travel to the end over later steps).
 
 Where a split B raises what a microbatch holds (torch's runtime: cpsat.fusable_chunks), the incumbent's
 full backwards stay whole, and in the window each such backward may run fused or split, as in the full
-model. With `choose`, the window also chooses which of its microbatches recompute (exact/choice.py).
+model. With `choose`, the window also chooses which of its microbatches recompute (exact/recompute_flags.py).
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind, Schedule
 from ...core.objective import Objective
+from ...core.plan_record import Choice
 from ...sim.simulate import Timeline, simulate
 from ...sim.validate import check
 from ..problem import Pass, Problem, on_grid
 from .cpsat import (Variables, add_microbatch_order, add_one_pass_at_a_time, choose_step, durations, fusable_chunks,
                     memory_scale, scaled_limit)
-from . import choice
+from . import recompute_flags
 from .lns_report import LnsResult, LnsStats
 from .run_model import orders_from_starts
 
@@ -118,13 +119,13 @@ class _WindowModel:
     hint: dict[Action, int]
     fixed: dict[Action, int]
     after: list[list[Action]]
-    flags: choice.Flags
+    flags: recompute_flags.Flags
     fused: frozenset[Action]  # the Bs run fused with their W outside the window (fixed, or after it)
     hinted_fused: frozenset[Action]  # the window's Bs the incumbent runs fused
 
 
 def _add_window_passes(model: cp_model.CpModel, grid: Problem, inside: list[Pass], fixed: dict[Action, int],
-                       free_at: list[int], horizon: int, flags: choice.Flags, fused: frozenset[Action]) -> Variables:
+                       free_at: list[int], horizon: int, flags: recompute_flags.Flags, fused: frozenset[Action]) -> Variables:
     """An interval per freed pass, never before its rank is free of the fixed passes nor before its fixed
     inputs have arrived (a fused B's output as its W ends); inputs inside the window are precedences. A B
     or W whose microbatch's recompute is chosen here (`flags`) runs as long as the choice says."""
@@ -145,7 +146,7 @@ def _add_window_passes(model: cp_model.CpModel, grid: Problem, inside: list[Pass
             v.end[a] = s + dur[a]
             v.interval[a] = model.new_fixed_size_interval_var(s, dur[a], f"run_{a}")
         else:
-            v.end[a], v.interval[a] = choice.add_chosen_interval(model, grid, a, s, flag, horizon)
+            v.end[a], v.interval[a] = recompute_flags.add_chosen_interval(model, grid, a, s, flag, horizon)
     for ps in inside:
         for src, hop in ps.inputs:
             if src in v.start:
@@ -172,11 +173,11 @@ def _add_window_fusion(model: cp_model.CpModel, grid: Problem, inside: list[Pass
 
 
 def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fixed: dict[Action, int],
-                       flags: choice.Flags) -> None:
+                       flags: recompute_flags.Flags) -> None:
     """Each rank's limit over the window: blocks a fixed pass opened and a freed pass closes start at
     their fixed time, blocks the window opens and a later pass closes last to the horizon, and blocks
     held across the whole window (opened before it, closed after) come off the limit. A microbatch whose
-    recompute is chosen here opens blocks as large as the choice says (choice.chosen_blocks)."""
+    recompute is chosen here opens blocks as large as the choice says (recompute_flags.chosen_blocks)."""
     scale, dur = memory_scale(grid), durations(grid)
 
     def when(a: Action, at_end: bool) -> int | cp_model.LinearExpr | None:
@@ -195,7 +196,7 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
         intervals, demands, held = [], [], 0
         for ps in forwards[r]:
             f = ps.action
-            for block, demand, src, until in choice.chosen_blocks(grid, f, scale, flags.get((f.chunk, f.microbatch))):
+            for block, demand, src, until in recompute_flags.chosen_blocks(grid, f, scale, flags.get((f.chunk, f.microbatch))):
                 opened, closed = when(src, src != f), None if until is None else when(until, True)
                 if opened is None or (src not in v.start and until is not None and until in fixed):
                     continue  # never opened before the window ends, or closed before it starts
@@ -217,7 +218,7 @@ def _add_window_memory(model: cp_model.CpModel, grid: Problem, v: Variables, fix
 def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objective: str,
                        choose: bool = False) -> _WindowModel:
     """The window's CP-SAT model (see the module's docstring), with the incumbent as a complete hint.
-    With `choose`, the model also chooses which of the window's microbatches recompute (exact/choice.py)."""
+    With `choose`, the model also chooses which of the window's microbatches recompute (exact/recompute_flags.py)."""
     dur = durations(grid)
     fixed, hint, after, fused = _ranges(window, grid_tl.slots, dur)
     by_action = {ps.action: ps for ps in grid.passes}
@@ -226,8 +227,8 @@ def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objecti
                     for a, _ in _split(s.action, s.start, dur)], default=0) for r in range(grid.num_ranks)]
     spread = max(hint.values(), default=0) - min(hint.values(), default=0)
     model = cp_model.CpModel()
-    flags = choice.add_flags(model, grid, hint) if choose else {}
-    extra = len(flags) * choice.most_extra(grid)  # each chosen recompute may lengthen the rank by so much
+    flags = recompute_flags.add_flags(model, grid, hint) if choose else {}
+    extra = len(flags) * recompute_flags.most_extra(grid)  # each chosen recompute may lengthen the rank by so much
     horizon = int(math.ceil(grid_tl.makespan)) + spread + max(dur.values()) + extra + 1
     v = _add_window_passes(model, grid, inside, fixed, free_at, horizon, flags, fused)
     # F and B in microbatch order as in the incumbent (torch needs the last stage's F so: torch_compatible;
@@ -242,7 +243,7 @@ def build_window_model(grid: Problem, grid_tl: Timeline, window: Window, objecti
         model.add_hint(v.start[a], s)
         if a.kind is not Kind.F and (a.chunk, a.microbatch) in flags:
             model.add_hint(v.end[a], s + dur[a])  # type: ignore[call-overload]  # a chosen pass's end is an IntVar
-    choice.hint_flags(model, grid, flags)
+    recompute_flags.hint_flags(model, grid, flags)
     for b, var in v.fused.items():
         model.add_hint(var, b in fused)
     for r, end in enumerate(rank_end):
@@ -288,7 +289,7 @@ def splice(grid: Problem, wm: _WindowModel, starts: dict[Action, int], name: str
 
 def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: str, seconds: float,
                  workers: int, seed: int, choose: bool = False,
-                 stats: LnsStats | None = None) -> tuple[Schedule, choice.Choice | None] | None:
+                 stats: LnsStats | None = None) -> tuple[Schedule, Choice | None] | None:
     """The window re-solved and spliced back, with the recompute choice it runs (None: every microbatch
     recomputes); None when CP-SAT found nothing (or only the hint). `choose`: see build_window_model.
     `stats.settled` is set when the window held every pass and CP-SAT proved it optimal: no later window
@@ -306,10 +307,10 @@ def solve_window(grid: Problem, grid_tl: Timeline, window: Window, objective: st
         return None
     starts = {a: int(solver.value(s)) for a, s in wm.v.start.items()}
     fused = frozenset(b for b, var in wm.v.fused.items() if solver.boolean_value(var))
-    changed = choice.changed(grid, wm.flags, solver)
+    changed = recompute_flags.changed(grid, wm.flags, solver)
     if starts == wm.hint and not changed and fused == wm.hinted_fused:
         return None
-    chosen = choice.read_choice(grid, wm.flags, solver) if changed else grid.recompute_microbatches
+    chosen = recompute_flags.read_choice(grid, wm.flags, solver) if changed else grid.recompute_microbatches
     schedule = splice(grid, wm, starts, "zbsearch", fused)
     return (schedule, None) if chosen is None else (schedule.with_choice(chosen), chosen)
 
@@ -342,7 +343,7 @@ def improve(problem: Problem, schedule: Schedule, deadline: float, *, timeline: 
     backwards split into B and W, except where a split B raises memory: cpsat.fusable_chunks, whose full
     backwards the windows may keep whole or split); never worse than it. None when `schedule` is not valid. `timeline`:
     the schedule's, when the caller has validated it already (a full validation is costly on large models).
-    With `choose` the windows also choose which microbatches recompute (exact/choice.py): `problem` and
+    With `choose` the windows also choose which microbatches recompute (exact/recompute_flags.py): `problem` and
     `schedule` carry the choice to start from (Problem.recompute_microbatches, and the same in the
     schedule's plan record), and the schedule returned carries the one it runs."""
     stats = LnsStats()

@@ -13,7 +13,7 @@ Two greedy engines, both driven by `GreedyOptions` (greedy/options.py):
   ready B as one overlapped pair).
 - on the chunked placements, "v-rounds" (greedy/vshape.py, V-shape: the Zero Bubble authors' adaptive
   V scheduler with each chunk's own costs) and "chunked" (greedy/chunked.py, interleaved and V-shape:
-  1F1B-style alternation that waits for the pass it wants); `greedy_chunked.chunked_variants` lists them.
+  1F1B-style alternation that waits for the pass it wants); `chunked.chunked_variants` lists them.
 
 Both time and count memory with zbsearch.sim.rank_state, the simulator's own rule: F allocates mem_B at
 its start, B frees mem_B - mem_W and W frees mem_W at their ends; the limit is the `MemoryLimit` per
@@ -54,7 +54,7 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True, p
     (linear placement only), capped warm-ups when `extra`, and the list engine's variants: on a
     placement of several routes each also admitting by route, and each also with F&B pairs when
     `pairs` (the profile gives a pair time); on the single-route chunked placements, the v-rounds and
-    chunked engines' (`greedy_chunked.chunked_variants`, fewer when `m` makes the schedule large)."""
+    chunked engines' (`chunked.chunked_variants`, fewer when `m` makes the schedule large)."""
     out: list[Any] = []
     if placement is None or _is_linear(placement):
         for bubble, bfirst, fill in itertools.product((False, True), repeat=3):

@@ -1,4 +1,4 @@
-"""The memory rule of the chunked greedy engines (greedy_chunked, greedy_vshape): when one more forward
+"""The memory rule of the chunked greedy engines (chunked, vshape): when one more forward
 may run on a rank that holds several chunks of the route.
 
 Levels come from zbsearch.sim.rank_state's `ChunkProgress.held`, the simulator's own rule, and are

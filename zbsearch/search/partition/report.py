@@ -4,7 +4,7 @@ JSON and the study."""
 
 from __future__ import annotations
 
-from ...core.recompute_choice import recompute_facts
+from ...core.recompute.levels import recompute_facts
 from ...sim.simulate import Timeline
 from ..solve.report import RankFacts, SolveResult, SplitFacts
 

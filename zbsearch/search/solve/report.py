@@ -58,7 +58,7 @@ class RankFacts:
     """One rank of a plan's split: the layers of each of its chunks (chunk index, layer names), static
     bytes, peak activation bytes, their sum, the whole-rank cap (None where the limit is a multiple of p,
     which leaves static bytes out), whether its activations fit, and what recompute does there (the keys
-    of core.recompute_choice.recompute_facts; empty where it recomputes nothing)."""
+    of core.recompute.levels.recompute_facts; empty where it recomputes nothing)."""
 
     rank: int
     chunks: tuple[tuple[int, tuple[str, ...]], ...]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .errors import ProfileError
+from ..errors import ProfileError
 
 LEVELS = ("none", "selective", "full")
 PASSES = ("I", "W")

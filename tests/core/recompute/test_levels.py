@@ -15,7 +15,7 @@ from zbsearch.core.errors import ProfileError
 from zbsearch.core.ir import vshape
 from zbsearch.core.partition import partition_profile, plan_of
 from zbsearch.core.planned_profile import for_plan
-from zbsearch.core.recompute_choice import parse_recompute, recomputed, with_recompute
+from zbsearch.core.recompute.levels import parse_recompute, recomputed, with_recompute
 from zbsearch.profiling.build import profile_estimate
 from zbsearch.profiling.request import LlamaShape, PipelineSetup, StageSplit
 from zbsearch.schedules import generate

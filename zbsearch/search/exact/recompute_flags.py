@@ -23,7 +23,8 @@ from ortools.sat.python import cp_model
 
 from ...core.ir import Action, Kind
 from ...core.stage_cost import StageCost
-from ..problem import Choice, Problem
+from ...core.plan_record import Choice
+from ..problem import Problem
 from .cpsat import memory_blocks
 
 Flags = dict[tuple[int, int], cp_model.IntVar]  # per (chunk, microbatch): recomputes (1) or keeps (0)

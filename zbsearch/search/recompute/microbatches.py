@@ -22,9 +22,10 @@ from ...sim.validate import check, over_limit
 from ..exact import lns
 from ..exact.cpsat import fusable_chunks
 from ..options import SearchOptions
-from ..problem import Choice, Problem
-from .incumbent import with_backwards_split
-from .starts import Start
+from ...core.plan_record import Choice
+from ..problem import Problem
+from ..solve.incumbent import with_backwards_split
+from ..solve.starts import Start
 
 class _RankLevels:
     """One rank's activation level after each allocation and free as it runs its actions in order (the
@@ -102,7 +103,7 @@ def recompute_fewer(problem: Problem, start: Start, validate: bool = True) -> tu
 def choose_by_windows(problem: Problem, start: Start, deadline: float,
                       options: SearchOptions = SearchOptions()) -> tuple[Problem, Start]:
     """`start` improved until `deadline` (time.monotonic()) by large-neighbourhood windows that choose the
-    order and which microbatches recompute together (exact/lns.py with exact/choice.py), then with the
+    order and which microbatches recompute together (exact/lns.py with exact/recompute_flags.py), then with the
     microbatches that fit keeping their activations again (recompute_fewer); both unchanged where no
     chunk recomputes or nothing better was found. `problem` and `start` carry the same choice."""
     if all(cost.without_recompute is None for cost in problem.chunk_costs):

@@ -17,19 +17,19 @@ from dataclasses import replace
 from typing import Mapping
 
 from ...core.ir import Placement
-from ...core.recompute_choice import with_recompute
+from ...core.recompute.levels import with_recompute
 from ...sim.validate import check
 from ...core.plan_record import Choice
 from ..options import SearchOptions
 from ..problem import Problem
 from ..solve.driver import SolveResult
-from ..solve.microbatch_recompute import choose_by_windows, recompute_fewer
+from .microbatches import choose_by_windows, recompute_fewer
 from ..solve.starts import Start
-from .search import SplitRequest, SplitSearch
+from ..partition.search import SplitRequest, SplitSearch
 
 
 def fewer_microbatches(result: SolveResult) -> SolveResult:
-    """`result` with only the microbatches that need it recomputing (solve/microbatch_recompute.py)."""
+    """`result` with only the microbatches that need it recomputing (search/recompute/microbatches.py)."""
     return _as_result(result, *recompute_fewer(result.problem, _as_start(result)))
 
 

@@ -1,4 +1,4 @@
-"""Recompute chosen for a profile's layers: a layer run at a recompute level (core/recompute.py says what
+"""Recompute chosen for a profile's layers: a layer run at a recompute level (core/recompute/options.py says what
 the options are), the `--recompute` values that choose levels, and a profile with its layers' levels
 applied, its stages summed again from them."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from .errors import ProfileError, ScheduleError
-from .partition import layers_by_stage, summed
-from .plan_record import PlanRecord
-from .profile import Profile
-from .recompute import LEVELS, RecomputeOption
+from ..errors import ProfileError, ScheduleError
+from ..partition import layers_by_stage, summed
+from ..plan_record import PlanRecord
+from ..profile import Profile
+from .options import LEVELS, RecomputeOption
 
 
 def option_of(layer: Any, level: str) -> RecomputeOption | None:

@@ -12,9 +12,9 @@ import pytest
 from zbsearch.core.errors import InfeasibleError
 from zbsearch.core.placement import parse_placement
 from zbsearch.core.profile import Profile
-from zbsearch.core.recompute_choice import with_recompute
+from zbsearch.core.recompute.levels import with_recompute
 from zbsearch.search.options import SearchOptions
-from zbsearch.search.partition.recompute import least_memory, search_with_recompute
+from zbsearch.search.recompute.search import least_memory, search_with_recompute
 from zbsearch.search.partition.search import SplitRequest, SplitSearch, any_split_bound_of, search_splits
 from zbsearch.search.solve.driver import solve
 
@@ -128,7 +128,7 @@ def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> No
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "16GiB", "makespan")
     plain = search_splits(request, SearchOptions(time_limit=4))
-    from zbsearch.search.partition.recompute import everything
+    from zbsearch.search.recompute.search import everything
     full = search_splits(everything(request), SearchOptions(time_limit=4))
     began = time.monotonic()
     layers = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=False, starts=(plain, full))
@@ -146,7 +146,7 @@ def test_auto_layers_recomputes_every_microbatch_and_reuses_given_starts() -> No
 def test_where_nothing_fits_without_recompute_auto_finds_a_plan() -> None:
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "10GiB", "makespan")
-    from zbsearch.search.partition.recompute import joint
+    from zbsearch.search.recompute.search import joint
     without = joint(request, SearchOptions(time_limit=3))
     assert isinstance(without, InfeasibleError) and "raise the limit to at least that" in str(without)
     assert "10.6 GiB" in str(without)  # the least cap without recompute
@@ -160,8 +160,8 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
     on any chunk (the plan widened: every chunk lists its layers' full option, no microbatch recomputing),
     and the plan that comes back names levels only where some microbatch recomputes; validated on the
     profile from its file, it is costed as the search costed it."""
-    from zbsearch.search.partition.microbatch_choice import choose_on_every_chunk
-    from zbsearch.search.partition.recompute import all_full
+    from zbsearch.search.recompute.every_chunk import choose_on_every_chunk
+    from zbsearch.search.recompute.search import all_full
 
     prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")

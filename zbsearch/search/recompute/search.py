@@ -20,7 +20,7 @@ it walks the recompute levels, scoring each step with the heuristics on the same
 Ends the walks moved are polished by the solver on their split; the best of those and the starting plans
 is returned, so the search is never slower than either joint search. With `per_microbatch` (auto),
 every scored schedule and every compared plan first keeps the activations of the microbatches that fit
-(solve/microbatch_recompute.py). The bound over every split holds for every recompute choice: it is taken
+(search/recompute/microbatches.py). The bound over every split holds for every recompute choice: it is taken
 on the layers at their least time (no recompute) with their least memory (the option holding least from F
 until I, and from I until W), which no choice beats in either, per layer or per microbatch.
 """
@@ -38,18 +38,18 @@ from ...core.layers import Layer
 from ...core.objective import status_for
 from ...core.partition import groups, route_length
 from ...core.placement import parse_placement
-from ...core.recompute_choice import held_from_f, option_of, with_recompute
+from ...core.recompute.levels import held_from_f, option_of, with_recompute
 from ...sim.simulate import Timeline
 from ..budget import Budget
 from ..options import SearchOptions
 from ..problem import Problem
 from ..solve.driver import SolveResult
-from ..solve.microbatch_recompute import recompute_fewer
+from .microbatches import recompute_fewer
 from ..solve.starts import heuristic_start
-from .candidates import balanced_counts
-from .microbatch_choice import choose_on_every_chunk, fewer_microbatches, route_counts
-from .report import split_facts
-from .search import (
+from ..partition.candidates import balanced_counts
+from .every_chunk import choose_on_every_chunk, fewer_microbatches, route_counts
+from ..partition.report import split_facts
+from ..partition.search import (
     SplitRequest,
     SplitBound,
     SplitSearch,

@@ -1,5 +1,5 @@
 """Recompute chosen per microbatch (issue 28, deliverable 3): the greedy choice on a fixed order, and
-CP-SAT windows that choose the order and which microbatches recompute together (exact/choice.py)."""
+CP-SAT windows that choose the order and which microbatches recompute together (exact/recompute_flags.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import pytest
 
 from zbsearch.core.ir import Schedule
 from zbsearch.core.placement import parse_placement
-from zbsearch.core.recompute_choice import with_recompute
-from zbsearch.search.partition.recompute import all_full
+from zbsearch.core.recompute.levels import with_recompute
+from zbsearch.search.recompute.search import all_full
 from zbsearch.search.partition.search import SplitRequest, SplitSearch
-from zbsearch.search.solve.microbatch_recompute import choose_by_windows, keep_where_it_fits, recompute_fewer
+from zbsearch.search.recompute.microbatches import choose_by_windows, keep_where_it_fits, recompute_fewer
 from zbsearch.search.solve.starts import heuristic_start
 from zbsearch.sim.simulate import simulate
 from zbsearch.sim.validate import check, over_limit
 
 from ..exact.test_lns import assert_forwards_and_backwards_in_microbatch_order
-from ..partition.test_recompute import block, profile
+from .test_search import block, profile
 
 
 def toy_problem(cap: str, m: int = 8):
