@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from ..core.calibration import torch_chunk_memory
 from ..core.errors import PartitionError, ProfilerError
@@ -31,6 +31,11 @@ from .request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, G
     RUN_THREADS, MeasureRequest, MoeShape, PipelineSetup, Progress, StageSplit, bad_input, check_choice,
     check_factory_spec)
 from .transformer import inventory
+
+if TYPE_CHECKING:
+    import torch
+
+    from .models import LayerSpec
 
 GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
 Shape = Union[GptShape, LlamaShape, MoeShape]
@@ -302,8 +307,8 @@ def _resolve_link(setup: PipelineSetup, costs: Sequence[LayerCost], cuda: bool,
 
 @dataclass(frozen=True)
 class _Model:
-    specs: list[Any]  # models.LayerSpec
-    sample: Any  # the first layer's input, a tensor
+    specs: list[LayerSpec]
+    sample: torch.Tensor  # the first layer's input
     anchored: tuple[int, int]
     info: dict[str, Any]
     label: str  # the start of the profile's default name

@@ -20,9 +20,13 @@ import statistics
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..core.errors import RunError
+
+if TYPE_CHECKING:
+    import torch
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 PING_REPEATS = 20  # timed round trips per size, after 3 untimed ones
@@ -50,7 +54,7 @@ class Torchrun:
         """Where this rank computes: cuda:LOCAL_RANK with nccl, the CPU with gloo."""
         return f"cuda:{self.local_rank}" if backend == "nccl" else "cpu"
 
-    def init_group(self, backend: str, timeout_s: float) -> Any:
+    def init_group(self, backend: str, timeout_s: float) -> ModuleType:
         """Join torchrun's process group (env://); returns torch.distributed."""
         import torch.distributed as dist  # defers torch: only a process that computes needs it
 
@@ -101,7 +105,7 @@ def host() -> str:
     return socket.gethostname()
 
 
-def pingpong(torch: Any, dist: Any, rank: int, sizes: Sequence[int], device: Any,
+def pingpong(torch: ModuleType, dist: ModuleType, rank: int, sizes: Sequence[int], device: torch.device,
              repeats: int = PING_REPEATS) -> list[list[float]]:
     """[[bytes, one-way seconds], ...]: half the median round trip of a message between ranks 0 and 1
     (isend/irecv and wait, as torch's pipelining runtime sends), for every size, on rank 0 (other
@@ -130,7 +134,7 @@ def pingpong(torch: Any, dist: Any, rank: int, sizes: Sequence[int], device: Any
     return out
 
 
-def measure_link(env: Torchrun, device: Any, timeout_s: float = 600.0) -> tuple[float, str] | None:
+def measure_link(env: Torchrun, device: torch.device, timeout_s: float = 600.0) -> tuple[float, str] | None:
     """The link between torchrun's ranks 0 and 1 (across nodes when they are on two), timed by a ping-pong
     of LINK_PROBE_BYTES: (Gb/s, where the number comes from) on rank 0; None on the other ranks, and with
     a single process. Every rank must call it: each joins the ping-pong, then the group is left."""
@@ -141,7 +145,7 @@ def measure_link(env: Torchrun, device: Any, timeout_s: float = 600.0) -> tuple[
     dist = env.init_group("nccl" if device.type == "cuda" else "gloo", timeout_s)
     try:
         times = pingpong(torch, dist, env.rank, [LINK_PROBE_BYTES], device, repeats=LINK_PROBE_REPEATS)
-        hosts: list[Any] = [None] * env.world_size
+        hosts: list[str | None] = [None] * env.world_size  # each rank's host once gathered
         dist.all_gather_object(hosts, host())
     finally:
         dist.destroy_process_group()

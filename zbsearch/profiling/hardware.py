@@ -13,10 +13,14 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import DependencyError, ProfilerError
 from .request import DTYPES, bad_input, check_choice
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 
-def import_torch() -> Any:
+def import_torch() -> ModuleType:
     """The torch module, or a DependencyError saying how to install it."""
     try:
         import torch
@@ -73,14 +77,14 @@ def import_torch() -> Any:
     return torch
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of bf16, fp16 or fp32."""
     torch = import_torch()
     check_choice(name, DTYPES, "dtype", "dtype")
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
-def resolve_device(name: str = "auto") -> Any:
+def resolve_device(name: str = "auto") -> torch.device:
     """`auto` (a GPU when there is one), `cpu`, `cuda` or `cuda:N`, as a torch.device."""
     torch = import_torch()
     text = (name or "auto").strip().lower()
@@ -99,7 +103,7 @@ def resolve_device(name: str = "auto") -> Any:
     return dev
 
 
-def default_dtype(device: Any) -> str:
+def default_dtype(device: torch.device) -> str:
     """bf16 on a GPU (what training uses), fp32 on a CPU (where bf16 kernels are often not representative)."""
     return "bf16" if device.type == "cuda" else "fp32"
 
@@ -130,7 +134,7 @@ def _cpu_memory_bytes() -> float | None:
     return None
 
 
-def device_info(device: Any) -> dict[str, Any]:
+def device_info(device: torch.device) -> dict[str, Any]:
     """Name, capacity and software versions of the device the profile is measured on."""
     torch = import_torch()
     info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,

@@ -17,8 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -26,21 +25,14 @@ from torch import nn
 from ..core.errors import DependencyError, ProfilerError
 from .costs import LayerCost
 from .hardware import default_dtype, one_line, resolve_device, torch_dtype
+from .layer_run import PASSES, LayerRun, SplitBackward
 from .models import LayerSpec, describe_tensor
 from .request import MeasureRequest, Progress
 from .graph_memory import needed_for_W, storage_key
 from .measure_kept import measure_kept
 from .measure_recompute import measure_options
 
-PASSES = ("F", "B", "W", "full_backward")
-
-
-class SplitBackward(NamedTuple):
-    """torch's split backward: the code paths its pipeline runtime runs for the fused backward, I and W."""
-
-    full: Callable[..., Any]
-    input: Callable[..., Any]
-    weight: Callable[..., Any]
+R = TypeVar("R")
 
 
 def torch_backward_functions() -> SplitBackward:
@@ -61,7 +53,7 @@ class _Timer:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
 
-    def __call__(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+    def __call__(self, fn: Callable[[], R]) -> tuple[float, R]:
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -73,21 +65,6 @@ class _Timer:
         t0 = time.perf_counter()
         out = fn()
         return (time.perf_counter() - t0) * 1e6, out
-
-
-@dataclass
-class LayerRun:
-    """One layer on the device with its real input: everything needed to measure it again and again."""
-
-    name: str
-    mod: nn.Module
-    x: torch.Tensor
-    params: list[torch.nn.Parameter]
-    out_grads: list[torch.Tensor | None]  # the gradient arriving from the next layer
-    next_input: torch.Tensor
-    memory: dict[str, float] = field(default_factory=dict)
-    samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PASSES})
-    recompute: list[dict[str, Any]] = field(default_factory=list)  # its options (measure_recompute.py)
 
 
 def _clear(params: Sequence[torch.Tensor], x: torch.Tensor) -> None:
@@ -120,10 +97,10 @@ def measure_memory(run: LayerRun, device: torch.device, backward: SplitBackward)
     """
     mod, x = run.mod, run.x
     static = {storage_key(t)[0] for t in list(mod.parameters()) + list(mod.buffers())}
-    saved: dict[int, list[Any]] = {}
+    saved: dict[int, list[weakref.ref[_Held]]] = {}
     sizes: dict[int, int] = {}
 
-    def pack(t: torch.Tensor) -> Any:
+    def pack(t: torch.Tensor) -> _Held:
         held = _Held(t)
         ptr, nbytes = storage_key(t)
         if nbytes and ptr not in static:

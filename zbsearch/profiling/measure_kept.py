@@ -15,9 +15,11 @@ layer resident. Importing this module needs torch.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
+
+from .layer_run import LayerRun, SplitBackward
 
 
 class _Held:
@@ -34,12 +36,12 @@ def _loss(out: torch.Tensor) -> torch.Tensor:
     return out.reshape(1).sum() if out.numel() == 1 else out.float().pow(2).mean()
 
 
-def _kept_after_w(runs: Sequence[Any], backward: Any) -> float:
+def _kept_after_w(runs: Sequence[LayerRun], backward: SplitBackward) -> float:
     """Bytes the graph of one chain (runs[0]'s input through the last layer, then the loss) still holds
     after I and W, with the loss still referenced."""
     static = {p.untyped_storage().data_ptr() for run in runs for p in list(run.mod.parameters()) + list(run.mod.buffers())}
     sizes: dict[int, int] = {}
-    refs: dict[int, list[Any]] = {}
+    refs: dict[int, list[weakref.ref[_Held]]] = {}
 
     def pack(t: torch.Tensor) -> _Held:
         held = _Held(t)
@@ -67,7 +69,7 @@ def _kept_after_w(runs: Sequence[Any], backward: Any) -> float:
     return float(kept)
 
 
-def measure_kept(prepared: Sequence[Any], backward: Any) -> None:
+def measure_kept(prepared: Sequence[LayerRun], backward: SplitBackward) -> None:
     """Set `memory["mem_kept_loss_torch"]` on every prepared layer run (measure.LayerRun), in model order."""
     n = len(prepared)
     kept = [0.0] * (n + 1)

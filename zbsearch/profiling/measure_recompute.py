@@ -16,13 +16,22 @@ from __future__ import annotations
 
 import statistics
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 import torch
 
 from ..core.errors import RunError
 from .graph_memory import needed_for_W, storage_key
+from .layer_run import LayerRun, SplitBackward
 from .recompute_once import Frames, Switch, wrap
+
+R = TypeVar("R")
+
+
+class Timer(Protocol):
+    """measure.py's timer: the elapsed microseconds of a call, and what it returned."""
+
+    def __call__(self, fn: Callable[[], R]) -> tuple[float, R]: ...
 
 
 def levels_of(mod: torch.nn.Module, x: torch.Tensor) -> list[str]:
@@ -46,7 +55,7 @@ def _cuda_now(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
-def _memory(run: Any, level: str, backward: Any, device: torch.device) -> dict[str, float]:
+def _memory(run: LayerRun, level: str, backward: SplitBackward, device: torch.device) -> dict[str, float]:
     """mem_B, mem_W and peak of one option (see the module docstring)."""
     mod, x = run.mod, run.x
     static = {storage_key(t)[0] for t in list(mod.parameters()) + list(mod.buffers())}
@@ -85,14 +94,14 @@ def _memory(run: Any, level: str, backward: Any, device: torch.device) -> dict[s
         del groups, out
     finally:
         if level == "selective":
-            mod.core_wrapper = None
+            setattr(mod, "core_wrapper", None)  # setattr: an attribute of the block's own, not of nn.Module
         for p in run.params:
             p.grad = None
         x.grad = None
     return result
 
 
-def _extra_time(run: Any, level: str, timer: Callable[..., Any], backward: Any, warmup: int, runs: int) -> float:
+def _extra_time(run: LayerRun, level: str, timer: Timer, backward: SplitBackward, warmup: int, runs: int) -> float:
     """The median I with the option, less the layer's median I (never below 0)."""
     layer = wrap(run.mod, run.name, level, Switch())
     times: list[float] = []
@@ -101,19 +110,19 @@ def _extra_time(run: Any, level: str, timer: Callable[..., Any], backward: Any, 
             out = layer(run.x)
             t_i, (_, groups) = timer(lambda: backward.input([out], run.out_grads, [run.x], iter(run.params)))
             backward.weight(iter(run.params), groups)
-            groups = out = None  # free the graph
+            del groups, out  # free the graph
             run.x.grad = None
             if i >= warmup:
                 times.append(t_i)
     finally:
         if level == "selective":
-            run.mod.core_wrapper = None
+            setattr(run.mod, "core_wrapper", None)  # setattr: an attribute of the block's own, not of nn.Module
         for p in run.params:
             p.grad = None
     return max(0.0, statistics.median(times) - statistics.median(run.samples["B"]))
 
 
-def measure_options(run: Any, timer: Callable[..., Any], backward: Any, device: torch.device, warmup: int,
+def measure_options(run: LayerRun, timer: Timer, backward: SplitBackward, device: torch.device, warmup: int,
                     runs: int) -> list[dict[str, Any]]:
     """The recompute options of one measured layer (measure.LayerRun, its passes already timed), as a
     profile's `recompute` list; only options that hold less from F until I than the layer does, and none

@@ -22,7 +22,7 @@ Importing this module needs torch.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from torch import nn
 from ..core.errors import RunError
 
 LEVELS = ("full", "selective")
+R = TypeVar("R")
 
 
 class Switch:
@@ -67,7 +68,7 @@ class _Frame:
         self.grads = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         cuda = sorted({a.device.index or 0 for a in args if isinstance(a, torch.Tensor) and a.is_cuda})
         self.rng = (torch.get_rng_state(), [(d, torch.cuda.get_rng_state(d)) for d in cuda])
-        self.shapes: list[tuple[Any, Any]] = []  # (shape, dtype) of every tensor the forward saved, in order
+        self.shapes: list[tuple[torch.Size, torch.dtype]] = []  # (shape, dtype) of every tensor the forward saved, in order
         self.rebuilt: list[torch.Tensor | None] | None = None
         self.dropped: set[int] = set()  # saved tensors whose handle autograd has freed
         if frames is not None:
@@ -137,7 +138,7 @@ def _unpack(handle: _Handle) -> torch.Tensor:
     return handle.frame.unpack(handle.index)
 
 
-def once(fn: Callable[..., Any], *args: Any, name: str = "a layer", frames: Frames | None = None) -> Any:
+def once(fn: Callable[..., R], *args: Any, name: str = "a layer", frames: Frames | None = None) -> R:
     """`fn(*args)`, keeping only `args` for the backward: the first backward that needs a saved tensor
     runs `fn` again and every later one reuses what that recompute saved (see the module docstring).
     Without grad mode it is `fn(*args)`."""

@@ -17,10 +17,15 @@ torch is passed in by the worker; nothing here imports it at module level.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.pipelining import PipelineStage
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+def _tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     """Every tensor inside nested tuples, lists and dicts (a stage's caches), a few levels deep."""
     if depth > 6:
         return
@@ -39,11 +44,11 @@ class _Held:
 
     __slots__ = ("tensor", "__weakref__")
 
-    def __init__(self, tensor: Any) -> None:
+    def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
 
 
-def _key(t: Any) -> tuple[int, int]:
+def _key(t: torch.Tensor) -> tuple[int, int]:
     st = t.untyped_storage()
     return st.data_ptr(), st.nbytes()
 
@@ -52,18 +57,18 @@ class MemoryProbe:
     """Tracks the activation bytes one rank's stages hold, as a peak over the samples (see the module
     docstring). Use `hooks()` around the step and call `sample()` after every action."""
 
-    def __init__(self, torch: Any, stages: Sequence[Any], device: Any,
-                 recomputed: Callable[[], Iterable[Any]] | None = None) -> None:
+    def __init__(self, torch: ModuleType, stages: Sequence[PipelineStage], device: torch.device,
+                 recomputed: Callable[[], Iterable[torch.Tensor]] | None = None) -> None:
         self.torch, self.stages, self.cuda = torch, list(stages), device.type == "cuda"
         # recomputed layers keep their tensors away from autograd's saved-tensor hooks (a probe's hooks
         # do not see inside theirs): what they hold, asked at every sample
         self.recomputed = recomputed
         self.static = {_key(t)[0] for st in self.stages for t in list(st.submod.parameters()) + list(st.submod.buffers())}
-        self.saved: dict[int, tuple[int, list[Any]]] = {}
+        self.saved: dict[int, tuple[int, list[weakref.ref[_Held]]]] = {}
         self.peak = 0.0
         self.start = 0.0
 
-    def _pack(self, t: Any) -> Any:
+    def _pack(self, t: torch.Tensor) -> _Held:
         held = _Held(t)
         ptr, nbytes = _key(t)
         if nbytes and ptr not in self.static:
@@ -71,7 +76,7 @@ class MemoryProbe:
             refs.append(weakref.ref(held))
         return held
 
-    def hooks(self) -> Any:
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         if self.cuda:
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()

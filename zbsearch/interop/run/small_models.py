@@ -3,17 +3,22 @@ weights in every process for one seed), their batch and loss; and torch, importe
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
 
 from ...core.errors import DependencyError, RunError
 from ..formats.torch_import import INSTALL_HINT
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 MODELS = ("mlp", "gpt-tiny")
 MLP_WIDTH = 16
 GPT = {"vocab": 64, "width": 32, "heads": 2, "seq": 8}
 
 
-def require_torch() -> Any:
+def require_torch() -> ModuleType:
     """torch with its pipelining package, or a DependencyError saying how to install it."""
     try:
         import torch
@@ -23,7 +28,7 @@ def require_torch() -> Any:
     return torch
 
 
-def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
+def build_chunks(model: str, num_chunks: int, seed: int) -> list[torch.nn.Module]:
     """The model cut into `num_chunks` float64 modules, identical in every process for one seed."""
     torch = require_torch()
     nn = torch.nn
@@ -37,7 +42,7 @@ def build_chunks(model: str, num_chunks: int, seed: int) -> list[Any]:
     return [c.double() for c in chunks]
 
 
-def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
+def _gpt_chunk(torch: ModuleType, first: bool, last: bool) -> torch.nn.Module:
     """One transformer block, with the embeddings in front on the first chunk and the head behind on
     the last."""
     from torch import nn
@@ -51,7 +56,7 @@ def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
             self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
             self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
 
-        def forward(self, x: Any) -> Any:
+        def forward(self, x: Tensor) -> Tensor:
             b, t, _ = x.shape
             q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
             q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
@@ -68,7 +73,7 @@ def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
             if last:
                 self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V)
 
-        def forward(self, x: Any) -> Any:
+        def forward(self, x: Tensor) -> Tensor:
             if first:
                 x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
             x = self.block(x)
@@ -77,7 +82,7 @@ def _gpt_chunk(torch: Any, first: bool, last: bool) -> Any:
     return Chunk()
 
 
-def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: int) -> tuple[Any, Any]:
+def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets for one iteration, identical in every process."""
     torch = require_torch()
     g = torch.Generator().manual_seed(seed + 1)
@@ -89,7 +94,7 @@ def make_batch(model: str, num_microbatches: int, microbatch_size: int, seed: in
     return torch.randint(0, V, (n, T), generator=g), torch.randint(0, V, (n, T), generator=g)
 
 
-def loss_function(model: str) -> Callable[[Any, Any], Any]:
+def loss_function(model: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     torch = require_torch()
     F = torch.nn.functional
     if model == "mlp":

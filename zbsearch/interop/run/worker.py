@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Literal, ParamSpec, TypeVar
 
 from ...core.ir import Schedule
 from ...profiling.distributed import Torchrun, host, pingpong
@@ -28,14 +29,23 @@ from .probe import MemoryProbe
 from .small_models import build_chunks, loss_function, make_batch, require_torch
 
 if TYPE_CHECKING:
-    from ...profiling.recompute_once import Frames
+    import torch
+    from torch import Tensor, nn
+    from torch.distributed.pipelining import PipelineStage
+
+    from ...profiling.recompute_once import Frames, Switch
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # float64 model: the pipeline and the reference differ only by summation order.
 RTOL, ATOL = 1e-7, 1e-10
 
 Event = tuple[str, int, float, float]  # torch's kind letter, stage, start, end (perf_counter seconds)
-# An event as recorded: on a GPU its start and end are CUDA events until the step ends (then an Event).
-RawEvent = tuple[str, int, Any, Any]
+# When a pass started or ended, as recorded: a perf_counter float on a CPU, a torch.cuda.Event on a GPU
+# (read when the step ends); which one is known per run, not per value, so the union would not narrow.
+Stamp = Any
+RawEvent = tuple[str, int, Stamp, Stamp]  # an event as recorded (an Event once the step has ended)
 CsvFormat = Literal["compute_only", "compute_comms"]  # torch's _load_csv formats
 
 
@@ -64,8 +74,9 @@ class Job:
 
 # -- checks against the reference -----------------------------------------------------------------
 
-def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Callable,
-              dtype: Any = None) -> tuple[list[Any], float]:
+def reference(torch: ModuleType, chunks: list[nn.Module], x: Tensor, y: Tensor, m: int,
+              loss_fn: Callable[[Tensor, Tensor], Tensor], dtype: torch.dtype | None = None
+              ) -> tuple[list[nn.Module], float]:
     """The single-process reference: a copy of the whole model (in `dtype` when given, e.g. float64), the
     mean of the microbatch losses, one backward. Returns the copy (its parameters hold the reference
     gradients) and the loss."""
@@ -84,7 +95,7 @@ def reference(torch: Any, chunks: list[Any], x: Any, y: Any, m: int, loss_fn: Ca
     return reference, float(total.detach())
 
 
-def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: list[str],
+def compare_grads(torch: ModuleType, chunk: nn.Module, reference: nn.Module, where: str, problems: list[str],
                   tolerance: float | None = None) -> tuple[float, int, float]:
     """Append a problem for every parameter whose gradient is missing or differs from the reference;
     return the largest absolute difference, the number of parameters compared and the largest relative
@@ -96,7 +107,9 @@ def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: 
         if p.grad is None:
             problems.append(f"{where} parameter {name} got no gradient")
             continue
-        g, r = p.grad.to(q.grad.dtype), q.grad
+        r = q.grad
+        assert r is not None  # the reference's backward reached every parameter the pipeline's did
+        g = p.grad.to(r.dtype)
         diff = float((g - r).abs().max()) if g.numel() else 0.0
         error, norm = float((g - r).norm()), float(r.norm())
         rel = error / max(norm, 1e-300)  # finite, so that the result stays valid JSON
@@ -113,11 +126,13 @@ def compare_grads(torch: Any, chunk: Any, reference: Any, where: str, problems: 
 
 # -- the worker ----------------------------------------------------------------------------------
 
-def _timed(torch: Any, fn: Callable, record: Callable[[str, int, Any, Any], None], kind_of: Callable[..., str],
-           stage: int, cuda: bool) -> Callable:
+def _timed(torch: ModuleType, fn: Callable[Concatenate[int, P], R], record: Callable[[str, int, Stamp, Stamp], None],
+           kind_of: Callable[..., str], stage: int, cuda: bool) -> Callable[Concatenate[int, P], R]:
     """`fn` timed: perf_counter on a CPU; on a GPU, CUDA events recorded around it (read after the step,
     so timing never synchronizes the device)."""
-    def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(mb: int, *args: P.args, **kwargs: P.kwargs) -> R:
+        t0: Stamp
+        t1: Stamp
         if cuda:
             t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0.record()
@@ -132,40 +147,46 @@ def _timed(torch: Any, fn: Callable, record: Callable[[str, int, Any, Any], None
     return wrapper
 
 
-def _full_backward(loss: Any = None, full_backward: bool = True, last_backward: bool = False) -> str:
+def _full_backward(loss: Tensor | None = None, full_backward: bool = True, last_backward: bool = False) -> str:
     return "B" if full_backward else "I"
 
 
-def _instrument(torch: Any, stages: list[Any], record: Callable[[str, int, Any, Any], None], cuda: bool) -> None:
+def _instrument(torch: ModuleType, stages: list[PipelineStage], record: Callable[[str, int, Stamp, Stamp], None],
+                cuda: bool) -> None:
     """Time every stage's own compute calls, so a wait for a receive is not counted."""
+    # setattr: each stage's methods are replaced on the instance (torch's runtime calls them through it)
     for st in stages:
-        st.forward_one_chunk = _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, cuda)
-        st.backward_one_chunk = _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, cuda)
-        st.backward_weight_one_chunk = _timed(torch, st.backward_weight_one_chunk, record,
-                                              lambda *a, **k: "W", st.stage_index, cuda)
+        setattr(st, "forward_one_chunk",
+                _timed(torch, st.forward_one_chunk, record, lambda *a, **k: "F", st.stage_index, cuda))
+        setattr(st, "backward_one_chunk",
+                _timed(torch, st.backward_one_chunk, record, _full_backward, st.stage_index, cuda))
+        setattr(st, "backward_weight_one_chunk",
+                _timed(torch, st.backward_weight_one_chunk, record, lambda *a, **k: "W", st.stage_index, cuda))
 
 
-def _switched(fn: Callable, switch: Any, microbatches: frozenset[int] | None) -> Callable:
+def _switched(fn: Callable[Concatenate[int, P], R], switch: Switch,
+              microbatches: frozenset[int] | None) -> Callable[Concatenate[int, P], R]:
     """`fn` (a stage's forward_one_chunk, microbatch first) with the chunk's recompute switched on for the
     microbatches that recompute it, off for the others."""
-    def wrapper(mb: int, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(mb: int, *args: P.args, **kwargs: P.kwargs) -> R:
         switch.on = microbatches is None or mb in microbatches
         return fn(mb, *args, **kwargs)
     return wrapper
 
 
-def _recompute_per_microbatch(stages: list[Any], switches: dict[int, Any], plan: ModelPlan | None) -> None:
+def _recompute_per_microbatch(stages: list[PipelineStage], switches: dict[int, Switch], plan: ModelPlan | None) -> None:
     for st in stages:
         if st.stage_index in switches:
             chosen = None if plan is None or plan.recompute_microbatches is None else \
                 plan.recompute_microbatches[st.stage_index]
-            st.forward_one_chunk = _switched(st.forward_one_chunk, switches[st.stage_index], chosen)
+            # setattr: the stage's method is replaced on the instance (torch's runtime calls it through it)
+            setattr(st, "forward_one_chunk", _switched(st.forward_one_chunk, switches[st.stage_index], chosen))
 
 
 class _RankRun:
     """One rank: its stages on torch's runtime and the reference, stepped and checked step by step."""
 
-    def __init__(self, torch: Any, dist: Any, rank: int, job: Job, device: Any) -> None:
+    def __init__(self, torch: ModuleType, dist: ModuleType, rank: int, job: Job, device: torch.device) -> None:
         from torch.distributed.pipelining import PipelineStage
         from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
@@ -179,19 +200,20 @@ class _RankRun:
         self.reference, self.reference_loss = None, None
         if self.check:  # a profiled model is checked against a float64 copy of itself
             self.reference, self.reference_loss = reference(
-                torch, self.chunks, self.x, self.y, m, loss_fn, None if job.plan is None else torch.float64)
+                torch, [self._chunk(c) for c in range(n)], self.x, self.y, m, loss_fn,
+                None if job.plan is None else torch.float64)
 
         # after the reference was copied, so that it runs the layers as they are
         self.frames: Frames | None
         switches, self.frames = recompute_layers(job.plan, self.chunks, self.mine) if job.plan else ({}, None)
-        self.stages = [PipelineStage(self.chunks[c], c, n, device) for c in self.mine]
+        self.stages = [PipelineStage(self._chunk(c), c, n, device) for c in self.mine]
         _recompute_per_microbatch(self.stages, switches, job.plan)
         self.runtime = _PipelineScheduleRuntime(self.stages, m, loss_fn=loss_fn, scale_grads=True)
         self.runtime._load_csv(job.csv_path, format=job.csv_format)
         self.sync = device.type == "cuda"
         self.device = device
         self.events: list[RawEvent] = []
-        self.probe: Any = None  # a probe.MemoryProbe during the memory step
+        self.probe: MemoryProbe | None = None  # during the memory step
         self.memory_peak: float | None = None
         _instrument(torch, self.stages, self._record, self.sync)
 
@@ -201,25 +223,34 @@ class _RankRun:
         self.step_seconds: list[float] = []
         self.timed: list[Event] = []
 
-    def _model(self, n: int, m: int, device: Any) -> tuple[list[Any], Any, Any, Callable]:
+    def _model(self, n: int, m: int, device: torch.device) -> tuple[list[nn.Module | None], Tensor, Tensor,
+                                                            Callable[[Tensor, Tensor], Tensor]]:
         """(chunks, inputs, targets, loss): the built-in model, or the profiled one (only this rank's
         chunks when there is no reference to compute)."""
         job = self.job
         if job.plan is None:
-            chunks = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
+            chunks: list[nn.Module | None] = [c.to(device) for c in build_chunks(job.model, n, job.seed)]
             x, y = (t.to(device) for t in make_batch(job.model, m, job.microbatch_size, job.seed))
             return chunks, x, y, loss_function(job.model)
 
         return build_profiled(job.plan, m, job.seed, device, set(range(n)) if self.check else set(self.mine))
 
-    def _record(self, kind: str, stage: int, t0: Any, t1: Any) -> None:
+    def _chunk(self, c: int) -> nn.Module:
+        """Chunk c, which this rank built: one of its own, or any when it checks against the reference."""
+        chunk = self.chunks[c]
+        assert chunk is not None, f"rank {self.rank} did not build chunk {c}"
+        return chunk
+
+    def _record(self, kind: str, stage: int, t0: Stamp, t1: Stamp) -> None:
         self.events.append((kind, stage, t0, t1))
         if self.probe is not None:
             self.probe.sample()
 
-    def _arguments(self, losses: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _arguments(self, losses: list[Tensor]) -> tuple[tuple[Tensor, ...], dict[str, Any]]:
+        """(args, kwargs) of torch's step: the inputs on the first stage; target and losses (a tensor and
+        a list, which torch's step takes as loosely typed keywords) on the last."""
         for c in self.mine:
-            for p in self.chunks[c].parameters():
+            for p in self._chunk(c).parameters():
                 p.grad = None
         args = (self.x,) if self.has_first else ()
         kwargs = {"target": self.y, "losses": losses} if self.has_last else {}
@@ -238,7 +269,7 @@ class _RankRun:
 
     def step(self, step: int) -> None:
         """One iteration on torch's runtime, timed, then checked against the reference."""
-        losses: list[Any] = []
+        losses: list[Tensor] = []
         args, kwargs = self._arguments(losses)
         self.events.clear()
         self.dist.barrier()
@@ -252,7 +283,7 @@ class _RankRun:
             self.timed.extend(self.events)
         self._check(step, losses)
 
-    def _check(self, step: int, losses: list[Any]) -> None:
+    def _check(self, step: int, losses: list[Tensor]) -> None:
         if self.has_last:
             self.loss = float(self.torch.stack(losses).detach().double().mean())
         if not self.check:
@@ -262,7 +293,7 @@ class _RankRun:
         if self.has_last and not math.isclose(self.loss, self.reference_loss, rel_tol=rel, abs_tol=abs_tol):
             self.problems.append(f"step {step}: loss {self.loss!r} differs from the reference {self.reference_loss!r}")
         for c in self.mine:
-            diff, count, worst_rel = compare_grads(self.torch, self.chunks[c], self.reference[c],
+            diff, count, worst_rel = compare_grads(self.torch, self._chunk(c), self.reference[c],
                                                    f"step {step}: stage {c}", self.problems, self.tolerance)
             self.max_diff, self.max_rel = max(self.max_diff, diff), max(self.max_rel, worst_rel)
             self.checked += count if step == 0 else 0
@@ -290,7 +321,7 @@ def _pin(rank: int) -> list[int] | None:
     return sorted(os.sched_getaffinity(0))
 
 
-def _start(job: Job, local_rank: int) -> tuple[Any, Any, list[int] | None]:
+def _start(job: Job, local_rank: int) -> tuple[ModuleType, torch.device, list[int] | None]:
     """torch set up for one rank's process: its threads, its CPU (pinned by its rank on this machine) and
     its device (cuda:<rank on this machine> on a GPU). Returns (torch, device, CPUs pinned to)."""
     torch = require_torch()
@@ -304,7 +335,8 @@ def _start(job: Job, local_rank: int) -> tuple[Any, Any, list[int] | None]:
     return torch, device, cpus
 
 
-def _run_rank(torch: Any, dist: Any, rank: int, job: Job, device: Any, cpus: list[int] | None) -> dict[str, Any]:
+def _run_rank(torch: ModuleType, dist: ModuleType, rank: int, job: Job, device: torch.device,
+              cpus: list[int] | None) -> dict[str, Any]:
     """Step this rank's stages (after the ping-pong, when asked) and return what the launcher reads."""
     run = _RankRun(torch, dist, rank, job, device)
     pings = pingpong(torch, dist, rank, job.pingpong_sizes, device) if job.pingpong_sizes else None
