@@ -58,8 +58,8 @@ def measure_row(profile: Profile, recompute: str) -> dict[str, Any]:
     result = run(schedule, profile=profile, steps=STEPS, warmup=WARMUP, track_memory=True, pin_cpu=True)
     if not (result.ok and result.checked):
         raise SystemExit(f"the run with recompute {recompute} failed: {result.problems}")
-    forwards = [row for row in result.passes if row["kind"] == "F"]
-    speed = sum(r["mean_s"] * r["count"] for r in forwards) / sum(r["profile_s"] * r["count"] for r in forwards)
+    forwards = [row for row in result.passes if row.kind == "F" and row.profile_s is not None]
+    speed = sum(r.mean_s * r.count for r in forwards) / sum(r.profile_s * r.count for r in forwards if r.profile_s)
     assert result.memory_peak_bytes is not None and result.profile_step_seconds is not None
     peaks, want = result.memory_peak_bytes, [planned.peak_memory(r) for r in range(2)]
     return {"recompute": recompute, "plan_step_s": round(result.profile_step_seconds, 4),

@@ -177,15 +177,14 @@ def pass_table(result: RunResult) -> Table:
         table.add_column(f"plan ({result.time_unit})", justify="right")
         table.add_column("plan, scaled ms", justify="right")
     for row in result.passes:
-        layers = _layers(result.partition[row["chunk"]]) if result.partition else ""
-        cells = [str(row["rank"]), str(row["chunk"]), layers, _pass(row["kind"]),
-                 str(row["count"]), f"{row['mean_s'] * 1e3:.3f}"]
-        if in_seconds:
-            prof = row["profile_s"]
-            cells += [f"{prof * 1e3:.3f}", f"{row['mean_s'] / prof:.2f}" if prof > 0 else "-"]
-        elif planned:
+        layers = _layers(result.partition[row.chunk]) if result.partition else ""
+        cells = [str(row.rank), str(row.chunk), layers, _pass(row.kind), str(row.count), f"{row.mean_s * 1e3:.3f}"]
+        if in_seconds and row.profile_s is not None:
+            prof = row.profile_s
+            cells += [f"{prof * 1e3:.3f}", f"{row.mean_s / prof:.2f}" if prof > 0 else "-"]
+        elif planned and row.profile is not None:
             scale = result.plan_seconds_per_unit
-            cells += [f"{row['profile']:.4g}", "" if scale is None else f"{row['profile'] * scale * 1e3:.3f}"]
+            cells += [f"{row.profile:.4g}", "" if scale is None else f"{row.profile * scale * 1e3:.3f}"]
         table.add_row(*cells)
     return table
 

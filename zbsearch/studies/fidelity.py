@@ -27,6 +27,7 @@ from ..core.ir import Schedule
 from ..core.plan_record import Split
 from ..core.profile import Profile
 from ..interop.run.model import plan_profiled_model, predicted_profile, seconds_per_unit
+from ..interop.run.result import PassTimes
 from ..schedules import generate
 from ..search.options import SearchOptions
 from ..search.problem import make_problem
@@ -77,7 +78,7 @@ class Entry:
     fits: dict[str, bool] = field(default_factory=dict)  # "variant limit" -> within the limit on every rank
     rounds: list[list[float]] = field(default_factory=list)  # timed step seconds of every run
     memory: list[float] | None = None  # measured activation bytes per rank
-    passes: list[dict[str, Any]] = field(default_factory=list)  # the first run's per-pass means
+    passes: list[PassTimes] = field(default_factory=list)  # the first run's per-pass means
     replay: float | None = None  # the simulator with the measured pass times, no hops (first run)
     note: str = ""
 

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..interop.run.result import PassTimes
 from .fidelity import Entry, Study
 
 KIND_WORDS = {"F": "F", "I": "I", "W": "W", "B": "fused B"}
@@ -35,11 +36,11 @@ def spread(entry: Entry) -> float:
     return q[2] - q[0]
 
 
-def inflation(passes: Sequence[dict[str, Any]], kinds: Sequence[str] | None = None) -> float | None:
+def inflation(passes: Sequence[PassTimes], kinds: Sequence[str] | None = None) -> float | None:
     """Measured over profiled time, summed over the passes (of `kinds`) that have a profile time."""
-    rows = [r for r in passes if r.get("profile_s") and (kinds is None or r["kind"] in kinds)]
-    planned = sum(r["count"] * r["profile_s"] for r in rows)
-    return sum(r["count"] * r["mean_s"] for r in rows) / planned if planned > 0 else None
+    rows = [r for r in passes if r.profile_s and (kinds is None or r.kind in kinds)]
+    planned = sum(r.count * (r.profile_s or 0.0) for r in rows)
+    return sum(r.count * r.mean_s for r in rows) / planned if planned > 0 else None
 
 
 @dataclass
@@ -72,7 +73,7 @@ def term(entry: Entry) -> str:
                          if (x := inflation(entry.passes, (k,))) is not None)
     if abs(pass_part) >= abs(between):
         return (f"pass times: {pass_part * 1e3:+.1f} ms (measured/profile {per_kind}; ranks sharing cores"
-                f"{' and the split backward' if any(r['kind'] in 'IW' for r in entry.passes) else ''})")
+                f"{' and the split backward' if any(r.kind in 'IW' for r in entry.passes) else ''})")
     per_action = between / max(1, actions / entry.schedule.num_ranks)
     return (f"between passes: {between * 1e3:+.1f} ms (runtime overhead + communication + waits, "
             f"{per_action * 1e6:.0f} us per action on the busiest rank's count)")
@@ -126,7 +127,7 @@ def measured_backwards(entries: Sequence[Entry]) -> dict[int, dict[str, float]]:
         if e.schedule.placement.num_chunks != e.schedule.num_ranks:
             continue
         for r in e.passes:
-            sums.setdefault(r["chunk"], {}).setdefault(r["kind"], []).append(r["mean_s"])
+            sums.setdefault(r.chunk, {}).setdefault(r.kind, []).append(r.mean_s)
     out = {}
     for chunk, kinds in sorted(sums.items()):
         if "B" in kinds and "W" in kinds:

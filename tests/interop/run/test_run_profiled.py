@@ -102,7 +102,7 @@ def test_a_v_schedule_runs_the_chunks_its_plan_split_names() -> None:
     result = run(schedule, profile=tiny_gpt(), steps=1, warmup=0)
     assert result.ok and result.checked and result.partition == [list(c) for c in schedule.plan.split.chunks]
     assert result.details["stages_per_rank"] == [[0, 3], [1, 2]]
-    assert {(r["rank"], r["chunk"]) for r in result.passes} == {(0, 0), (0, 3), (1, 1), (1, 2)}
+    assert {(r.rank, r.chunk) for r in result.passes} == {(0, 0), (0, 3), (1, 1), (1, 2)}
     assert result.details["prediction"].startswith("sums of the profile's per-layer costs")
 
 

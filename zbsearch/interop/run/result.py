@@ -24,6 +24,28 @@ if TYPE_CHECKING:
 KINDS = tuple(k.value for k in (Kind.F, Kind.B, Kind.W, Kind.FULL_B))  # torch letters F, I, W, B
 
 
+@dataclass(frozen=True)
+class PassTimes:
+    """One rank's passes of one chunk and kind (torch's letter: F, I, W, B) as measured: how many ran and
+    their mean seconds; with a profile, the profile's mean time for them (its time_unit; over the chunk's
+    microbatches, as a plan may recompute only some) and in seconds where the unit is known."""
+
+    rank: int
+    chunk: int
+    kind: str
+    count: int
+    mean_s: float
+    profile: float | None = None  # None: run without a profile to compare with
+    profile_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON row: the profile's figures only where there was a profile."""
+        out = asdict(self)
+        if self.profile is None:
+            del out["profile"], out["profile_s"]
+        return out
+
+
 @dataclass
 class RunResult:
     """What `run` measured and checked. Times are seconds; `planned` and `profile_step` are in `time_unit`."""
@@ -50,8 +72,7 @@ class RunResult:
     dtype: str = "fp64"
     checked: bool = True
     max_grad_rel_error: float = 0.0  # largest relative L2 error of a gradient against the reference
-    # per rank, chunk and kind: count, measured mean_s, the profile's time (time_unit) and its seconds
-    passes: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[PassTimes] = field(default_factory=list)  # per rank, chunk and kind
     profile_step: float | None = None  # the simulator's makespan on the profile (time_unit)
     profile_step_seconds: float | None = None  # the same in seconds, when time_unit is a known unit
     partition: list[list[str]] | None = None  # the profiled model's layers per global chunk
@@ -64,6 +85,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["passes"] = [row.to_dict() for row in self.passes]
         out["measured_step_seconds"] = self.measured_step_seconds
         return out
 
@@ -107,7 +129,7 @@ def _kind_cost(cost: StageCost, kind: str) -> float:
 
 
 def _passes(schedule: Schedule, per_chunk: dict[int, dict[str, list[float]]],
-            costs: PassCosts | None, unit_s: float | None) -> list[dict[str, Any]]:
+            costs: PassCosts | None, unit_s: float | None) -> list[PassTimes]:
     rows = []
     for r in range(schedule.num_ranks):
         for c in sorted(schedule.placement.chunks_on(r)):
@@ -115,14 +137,10 @@ def _passes(schedule: Schedule, per_chunk: dict[int, dict[str, list[float]]],
                 times = per_chunk.get(c, {}).get(kind)
                 if not times:
                     continue
-                row: dict[str, Any] = {"rank": r, "chunk": c, "kind": kind, "count": len(times),
-                                       "mean_s": statistics.fmean(times)}
-                if costs is not None:
-                    # The mean over the chunk's microbatches: a plan may recompute only some of them.
-                    row["profile"] = statistics.fmean(_kind_cost(costs.of(Action(c, Kind.F, i)), kind)
-                                                      for i in range(schedule.num_microbatches))
-                    row["profile_s"] = row["profile"] * unit_s if unit_s is not None else None
-                rows.append(row)
+                profile = None if costs is None else statistics.fmean(
+                    _kind_cost(costs.of(Action(c, Kind.F, i)), kind) for i in range(schedule.num_microbatches))
+                rows.append(PassTimes(r, c, kind, len(times), statistics.fmean(times), profile,
+                                      None if profile is None or unit_s is None else profile * unit_s))
     return rows
 
 
