@@ -78,3 +78,19 @@ def test_errors_carry_the_request_field_they_are_about(fields: dict, subject: st
     with pytest.raises(ZbsearchError) as info:
         zb.find_plan(zb.load_profile(H100), zb.PlanRequest(**fields), zb.SearchOptions(0.1))
     assert info.value.subject == subject and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("flags", [[], ["--partition", "auto"], ["--dp-shard", "8"]], ids=["implied", "auto", "shard"])
+def test_solve_reads_and_validates_the_profile_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    flags: list[str]) -> None:
+    # issue 38: the profile file was parsed and schema-validated twice on one solve
+    from zbsearch.core import profile as profile_module
+
+    seen: list[str] = []
+    real = profile_module.check_profile_data
+    monkeypatch.setattr(profile_module, "check_profile_data", lambda data, origin: (seen.append(origin),
+                                                                                       real(data, origin))[1])
+    result = runner.invoke(app, ["solve", "--profile", str(H100), "--mem-limit", "2p", "--time-limit", "0.2",
+                                 "--json", *flags])
+    assert result.exit_code == 0, result.stderr
+    assert len(seen) == 1
