@@ -21,16 +21,17 @@ SEARCH = ["objective", "objective_value", "lower_bound", "bubble_rate_lower_boun
 GRID = ["grid_step", "cpsat_seconds", "grid_rounds"]
 PARTITION = ["own_split_bound", "any_split_bound", "any_split_bound_by_placement", "splits_scored",
              "partition_rule", "partition"]
+CAP = ["uncapped_bound"]  # added with issue 39: what the pipeline needs without the memory limit (a bound)
 
 CASES = {
     # proven optimal by the heuristics and the bounds: CP-SAT never runs
     "bounds": (["--uniform", "1,2,1", "-p", "4", "-m", "8", "--mem-limit", "1p", "--placement", "v"],
-               SUMMARY + SEARCH + ["placements"]),
+               SUMMARY + SEARCH + ["placements"] + CAP),
     # CP-SAT runs on a grid
     "grid": (["--uniform", "1,2,1", "-p", "4", "-m", "8", "--mem-limit", "0.75p", "--objective", "span"],
-             SUMMARY + SEARCH + GRID + ["placements"]),
+             SUMMARY + SEARCH + GRID + ["placements"] + CAP),
     # the joint search over splits of a layered profile
-    "partition": (["--profile", "profiles/h100.json", "--mem-limit", "2p"], SUMMARY + SEARCH + PARTITION),
+    "partition": (["--profile", "profiles/h100.json", "--mem-limit", "2p"], SUMMARY + SEARCH + PARTITION + CAP),
 }
 
 

@@ -265,6 +265,9 @@ def solve(
     out.print(summary_table(report.summary))
     out.print(headline(report.summary))
     out.print(render.solve_headline(report))
+    cap = render.cap_line(report)
+    if cap is not None:
+        out.print(cap)
     if rule is not None:
         out.print(split.split_table(result))
         out.print(split.bound_line(result))

@@ -277,6 +277,22 @@ def search_status(event: Progress) -> str:
             f"gap {gap:.2%}")
 
 
+# Below this share of the plan, the distance to the uncapped bound is not worth a line.
+CAP_NOTE_SHARE = 0.01
+
+
+def cap_line(report: SolveReport) -> str | None:
+    """Where the plan stands above what its pipeline needs without the memory limit, one line saying how
+    far and which levers buy it back; None without a limit or when the plan is within CAP_NOTE_SHARE."""
+    free = report.details.uncapped_bound
+    value = report.objective_value
+    if free is None or value <= 0 or (value - free) / value <= CAP_NOTE_SHARE:
+        return None
+    return (f"without the memory limit this split and placement need at least {fmt_number(free)} (a bound), "
+            f"{(value - free) / value:.1%} less than the plan; more memory, --recompute auto, a larger -p or "
+            "another --placement can buy part of it back")
+
+
 def solve_headline(report: SolveReport) -> Text:
     """One line on what the search proved: status, bound, gap, time and where it started from."""
     return Text.assemble(

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import zbsearch as zb
 from zbsearch.cli.app import app
 from zbsearch.core.errors import ZbsearchError
+from zbsearch.report import render
 
 ROOT = Path(__file__).resolve().parents[3]
 H100 = ROOT / "profiles" / "h100.json"
@@ -94,3 +95,21 @@ def test_solve_reads_and_validates_the_profile_once(monkeypatch: pytest.MonkeyPa
                                  "--json", *flags])
     assert result.exit_code == 0, result.stderr
     assert len(seen) == 1
+
+
+def test_the_plan_says_what_its_pipeline_needs_without_the_memory_limit() -> None:
+    # issue 39 (deliverable 6): where memory binds, the report says what the same pipeline reaches without
+    # the cap, as a bound no uncapped plan beats
+    profile = zb.uniform_profile(1.0, 2.0, 1.0, p=4, m=8)
+    capped = zb.find_plan(profile, zb.PlanRequest("0.5p"), zb.SearchOptions(2, workers=1))
+    free = zb.find_plan(profile, zb.PlanRequest("none"), zb.SearchOptions(2, workers=1))
+    bound = capped.details.uncapped_bound
+    assert free.details.uncapped_bound is None and bound is not None
+    assert bound <= free.objective * (1 + 1e-9) and bound <= capped.objective
+    assert capped.report().to_dict()["uncapped_bound"] == bound
+    line = render.cap_line(capped.report())
+    assert (line is not None) == ((capped.objective - bound) / capped.objective > render.CAP_NOTE_SHARE)
+    assert line is not None and "without the memory limit" in line  # 0.5p throttles this pipeline well past 1%
+    shown = runner.invoke(app, ["solve", "--uniform", "1,2,1", "-p", "4", "-m", "8", "--mem-limit", "0.5p",
+                                "--time-limit", "1"])
+    assert shown.exit_code == 0 and "without the memory limit" in shown.stdout

@@ -13,9 +13,14 @@ spelling of the field (the CLI's flag) without reading the message.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...core.errors import ZbsearchError, about
+from ...core.memory import no_limit
 from ...core.objective import Objective
 from ...core.profile import Profile, check_stages
+from ..bounds.analytic import objective_bound, rank_bounds
+from ..bounds.relaxations import bound_passes
 from ..problem import Problem, make_problems
 from ..options import Progress, SearchOptions
 from ..solve.driver import SolveResult, solve_placements
@@ -31,7 +36,8 @@ def problems_for(profile: Profile, request: PlanRequest) -> list[Problem]:
 
 def find_plan(profile: Profile, request: PlanRequest, options: SearchOptions = SearchOptions()) -> SolveResult:
     """The best plan found for `request` on `profile` within the options' time limit (spent as their
-    Budget says), validated, with its bound: what `zbsearch solve` prints and writes.
+    Budget says), validated, with its bound and what the same pipeline needs at least without the memory
+    limit (`details.uncapped_bound`): what `zbsearch solve` prints and writes.
 
     Raises
     ------
@@ -39,6 +45,23 @@ def find_plan(profile: Profile, request: PlanRequest, options: SearchOptions = S
         A subclass naming the problem in one line, with `subject` the request field it is about (None:
         the profile or no one field).
     """
+    result = _search(profile, request, options)
+    return replace(result, details=replace(result.details, uncapped_bound=uncapped_bound(result.problem)))
+
+
+def uncapped_bound(problem: Problem) -> float | None:
+    """A lower bound on the problem's pipeline (its split, placement and microbatches) without its memory
+    limit; None where it has none. The rank bounds on passes at their shortest (relaxations.bound_passes:
+    valid for fused backwards and F&B pairs too), without the chain walks: a quick bound, never above the
+    uncapped optimum, so `objective - bound` is the most the limit (and the search) can cost."""
+    if problem.limit.unlimited:
+        return None
+    free = replace(problem, limit=no_limit(problem.profile))
+    return objective_bound(rank_bounds(free, bound_passes(free), chains=False, nesting=False), problem.objective)
+
+
+def _search(profile: Profile, request: PlanRequest, options: SearchOptions) -> SolveResult:
+    """The engine that serves the request: the profile's own stages, a split, or recompute searched too."""
     if request.mem_limit is None:
         raise ZbsearchError("a plan needs a memory limit: e.g. 2p, 48GiB, auto (or none for no limit)",
                             subject="mem_limit")

@@ -118,7 +118,8 @@ class SolveDetails:
     the start each replaced (and, for the tuning, at which evaluation it was found); `lns_not_run`: why
     the large-neighbourhood search did not run on a start it could not read; `fused_backwards`: how many
     B and W pairs were fused at the end; `placements`: each placement's outcome in a solve over several;
-    `partition`: the partition search's facts."""
+    `partition`: the partition search's facts; `uncapped_bound`: no plan of the answer's split and placement
+    beats it without the memory limit (search/entry/find_plan.py; None where the limit is none)."""
 
     cpsat_status: str = "not run"
     cpsat_bound: str | None = None
@@ -130,6 +131,7 @@ class SolveDetails:
     fused_backwards: int | None = None
     placements: dict[str, PlacementOutcome] | None = None
     partition: PartitionDetails | None = None
+    uncapped_bound: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys, in the order the solver reached them; absent ones left out."""
@@ -153,6 +155,8 @@ class SolveDetails:
             out["placements"] = {name: o.to_dict() for name, o in self.placements.items()}
         if self.partition is not None:
             out.update(self.partition.to_dict())
+        if self.uncapped_bound is not None:
+            out["uncapped_bound"] = self.uncapped_bound
         return out
 
 
