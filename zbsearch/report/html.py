@@ -66,7 +66,7 @@ def _quality(q: Quality | None, unit: str) -> str:
     rows = [(h.name, h.placement, _num(h.value), _pct(h.bubble), f"{h.peak:.3g}",
              "yes" if h.fits else f"no: {h.reason}") for h in q.handcrafted]
     hand = _table(f"Handcrafted schedules on the same profile and limit ({q.objective}, {unit})",
-                  ["schedule", "placement", q.objective, "bubble", "peak (stage M_B)", "within the limit"],
+                  ["schedule", "placement", q.objective, "bubble", "busiest peak (stage M_B)", "within the limit"],
                   rows, "handcrafted") if rows else "<p>No handcrafted schedule applies to this p and m.</p>"
     return f'<dl class="facts">{dl}</dl>{hand}'
 
