@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..core.errors import ScheduleError, ZbsearchError
+from .report import DEFAULT_TIME_LIMIT, HtmlOpt, check_output, write_html
 from .console import print_error, print_warning, progress_bar, stdout_console
 from .levers import DevicesOpt, DpShardOpt, MemoryModelOpt, RecomputeOpt, ShardingOpt, warn_paper_accounting
 from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOpt, JsonOpt, MemLimitOpt,
@@ -28,6 +29,7 @@ from .options import (AllowParamCopiesOpt, ChunksOpt, ExportTorchOpt, HeadroomOp
     TimeLimitOpt, UniformMemoryOpt, UniformOpt, WidthOpt, WorkersOpt, load_cli_profile, name_subject,
     parse_limit, problem_for_schedule)
 from ..core.ir import Schedule
+from ..core.objective import Objective
 from ..core.memory import above_usable
 from ..interop.formats.export import export
 from ..search.entry.request import PlanRequest, planned_profile
@@ -223,6 +225,7 @@ def solve(
     output: OutputOpt = None,
     export_torch: ExportTorchOpt = None,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
 ) -> None:
     """Search for the best schedule under a memory limit: heuristics, then CP-SAT, with a proven bound.
 
@@ -235,6 +238,8 @@ def solve(
     # defers OR-Tools, as above (the split search solves)
     from . import split
 
+    if html is not None:
+        check_output(html)
     if mem_limit is None:
         raise ZbsearchError("solve needs --mem-limit: e.g. --mem-limit 2p (or none for no limit)")
     if dp_shard is None and sharding != "fsdp":
@@ -259,6 +264,8 @@ def solve(
         result.schedule.save(output)
     if export_torch is not None:
         export(result.schedule, "torch-csv", export_torch)
+    if html is not None:  # the solve's own bound and status; a short search for the plan without the cap
+        write_html(html, result.timeline, result.problem.limit, Objective.parse(objective), DEFAULT_TIME_LIMIT, report)
     if json_out:
         _print_json(report.to_dict())
         return
@@ -274,7 +281,7 @@ def solve(
         if partition is None:
             out.print("the profile lists its layers, so every chunk is costed from them (--partition balanced); "
                       "--partition auto searches the split too")
-    for path in (output, export_torch):
+    for path in (output, export_torch, html):
         if path is not None:
             out.print(f"wrote {path}")
 
@@ -326,6 +333,7 @@ from .plan import register; register(app)  # noqa: E402,E702
 from .interop import register; register(app)  # noqa: E402,E702
 from .run import register; register(app)  # noqa: E402,E702
 from .fidelity import register; register(app)  # noqa: E402,E702
+from .report import register; register(app)  # noqa: E402,E702
 
 
 def main() -> None:
