@@ -260,15 +260,33 @@ def solve(
 
         result = find_plan(prof, request, SearchOptions(time_limit, workers, seed, progress=on_event))
     report = result.report()
+    written = _write_plan(result, report, output, export_torch, html, objective)
+    if json_out:
+        _print_json(report.to_dict())
+        return
+    _print_solve(result, report, rule, partition is None)
+    for path in written:
+        out.print(f"wrote {path}")
+
+
+def _write_plan(result: Any, report: Any, output: Path | None, export_torch: Path | None, html: Path | None,
+                objective: str) -> list[Path]:
+    """The plan file, its torch CSV and its HTML report, each where asked; the paths written."""
     if output is not None:
         result.schedule.save(output)
     if export_torch is not None:
         export(result.schedule, "torch-csv", export_torch)
     if html is not None:  # the solve's own bound and status; a short search for the plan without the cap
         write_html(html, result.timeline, result.problem.limit, Objective.parse(objective), DEFAULT_TIME_LIMIT, report)
-    if json_out:
-        _print_json(report.to_dict())
-        return
+    return [path for path in (output, export_torch, html) if path is not None]
+
+
+def _print_solve(result: Any, report: Any, rule: str | None, implied: bool) -> None:
+    """The solve's tables and lines on a terminal (or a pipe)."""
+    # defers OR-Tools, as solve does (the split search's records)
+    from . import split
+
+    out = stdout_console()
     out.print(summary_table(report.summary))
     out.print(headline(report.summary))
     out.print(render.solve_headline(report))
@@ -278,12 +296,9 @@ def solve(
     if rule is not None:
         out.print(split.split_table(result))
         out.print(split.bound_line(result))
-        if partition is None:
+        if implied:
             out.print("the profile lists its layers, so every chunk is costed from them (--partition balanced); "
                       "--partition auto searches the split too")
-    for path in (output, export_torch, html):
-        if path is not None:
-            out.print(f"wrote {path}")
 
 
 def _warn_about_plan(prof: Any, mem_limit: str, headroom: float, export_torch: Path | None) -> None:

@@ -259,18 +259,6 @@ def plan_of(profile: Profile, mem_limit: str | None = None,
     split, levels = None, tuple[tuple[str, str], ...]()
     if profile.partition is not None and profile.layers is not None:
         split = split_from_layers(profile.partition, profile.layers)
-        idle = _recomputed_by_no_microbatch(split.chunks, chosen)
         levels = tuple((layer.name, str(layer.details["recomputed"]["level"])) for layer in profile.layers
-                       if "recomputed" in layer.details and layer.name not in idle)
+                       if "recomputed" in layer.details)
     return PlanRecord(split, levels, chosen, profile.memory_model, profile.sharding, mem_limit)
-
-
-def _recomputed_by_no_microbatch(chunks: Sequence[Sequence[str]], chosen: Choice | None) -> set[str]:
-    """The layers every chunk holding them runs with no microbatch recomputing (an empty choice): the
-    plan does not recompute them, and its record leaves their level out (they cost as profiled there)."""
-    if chosen is None or len(chosen) != len(chunks):
-        return set()
-    busy = {name for c, names in enumerate(chunks) if chosen[c] is None or chosen[c] for name in names}
-    return {name for c, names in enumerate(chunks) if chosen[c] is not None and not chosen[c]
-            for name in names} - busy
-

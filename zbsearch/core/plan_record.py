@@ -62,8 +62,21 @@ class PlanRecord:
 
     @property
     def levels(self) -> dict[str, str]:
-        """The recompute level of every layer the plan recomputes, by layer name."""
-        return dict(self.recompute)
+        """The recompute level of every layer the plan recomputes, by layer name: those of `recompute` that
+        some microbatch recomputes (a layer every chunk holding it runs with an empty choice costs as
+        profiled there, so the plan does not recompute it; `recompute` keeps it, for a choice that may
+        change)."""
+        idle = self._idle_layers()
+        return {name: level for name, level in self.recompute if name not in idle}
+
+    def _idle_layers(self) -> set[str]:
+        chosen = self.recompute_microbatches
+        if chosen is None or self.split is None or len(chosen) != self.split.num_chunks:
+            return set()
+        chunks = self.split.chunks
+        busy = {name for c, names in enumerate(chunks) if chosen[c] is None or chosen[c] for name in names}
+        return {name for c, names in enumerate(chunks) if chosen[c] is not None and not chosen[c]
+                for name in names} - busy
 
     def with_choice(self, chosen: Choice | None) -> "PlanRecord":
         return replace(self, recompute_microbatches=chosen)
@@ -91,7 +104,7 @@ class PlanRecord:
         out: dict[str, Any] = {}
         if self.split is not None:
             out["split"] = self.split.to_json()
-        if self.recompute:
+        if self.levels:
             out["recompute"] = self.levels
         if self.recompute_microbatches is not None:
             out["recompute_microbatches"] = [None if e is None else sorted(e) for e in self.recompute_microbatches]

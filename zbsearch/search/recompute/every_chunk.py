@@ -39,7 +39,7 @@ def choose_on_every_chunk(request: SplitRequest, result: SolveResult, deadline: 
     recompute, on every chunk (widened, then narrowed: see the module), with the options' workers, seed
     and resolution; `every_layer`: every layer's full level (recompute.all_full). Unchanged where
     nothing better was found."""
-    levels = result.schedule.plan.levels
+    levels = dict(result.schedule.plan.recompute)  # every level the profile runs, idle chunks' too
     names = _chunk_layers(result)
     idle = [c for c, cost in enumerate(result.problem.chunk_costs) if cost.without_recompute is None]
     wide = {**levels, **{n: every_layer[n] for c in idle for n in names[c] if n in every_layer}}
