@@ -37,10 +37,11 @@ ExportOutputOpt = Annotated[Path, typer.Option(
     help="File to write (atomically), only once the schedule has passed validation.",
 )]
 TorchtitanOpt = Annotated[Optional[str], typer.Option(
-    "--torchtitan", metavar="main|0.2", rich_help_panel=OUTPUT_PANEL,
-    help="With --format torchtitan, the torchtitan to write for: main (a Python config, FILE's name with .py, head "
-         "lm_head) or 0.2 (the TOML \\[parallelism] table, FILE's name with .toml, head output). Default: the "
-         "torchtitan installed here, else main.",
+    "--torchtitan", metavar="main|0.3|0.2", rich_help_panel=OUTPUT_PANEL,
+    help="With --format torchtitan, the torchtitan to write for: main or 0.3 (a Python config, FILE's name with .py, "
+         "head lm_head) or 0.2 (the TOML \\[parallelism] table, \\[training] and \\[activation_checkpoint], FILE's name "
+         "with .toml, head output). Default: the torchtitan installed "
+         "here, else main.",
 )]
 ImportOutputOpt = Annotated[Path, typer.Option(
     "-o", "--output", metavar="SCHEDULE.json", rich_help_panel=OUTPUT_PANEL,
@@ -105,9 +106,12 @@ def export_command(
               f"{schedule.count()} actions)", soft_wrap=True, markup=False)
     if fmt == "torchtitan":
         assert version is not None  # resolved above for torchtitan
-        what = "Python config, apply_pipeline(config)" if version == "main" else "[parallelism] TOML table"
+        what, sets = (("TOML tables", "the plan's recompute and sharding") if version == "0.2" else
+                      ("Python config, apply_pipeline(config)", "CUDA graphs off, the plan's recompute, attention and "
+                       "sharding"))
         out.print(f"wrote {paths[1]} (torchtitan {CHECKED[version]}, {why}: {what} with module_fqns_per_model_part "
-                  f"for {schedule.placement.num_chunks} stages, the CSV's path, degree, stage layout and microbatches)",
+                  f"for {schedule.placement.num_chunks} stages, the CSV's path, degree, stage layout, microbatch count "
+                  f"and size, {sets})",
                   soft_wrap=True, markup=False)
     elif fmt == "megatron-layout":
         vpp = schedule.placement.num_chunks // schedule.num_ranks

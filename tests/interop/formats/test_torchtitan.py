@@ -5,7 +5,6 @@ exactly once, or the export refused; the installed version detected from its fil
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 import json
 import tomllib
@@ -16,8 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from zbsearch.cli.app import app
-from zbsearch.core.errors import PartitionError
+from zbsearch.core.errors import PartitionError, ScheduleError
 from zbsearch.core.ir import Schedule
+from zbsearch.core.profile import load_profile
 from zbsearch.interop.formats import torchtitan
 from zbsearch.interop.formats.export import export_files
 from zbsearch.interop.formats.layer_split import Split
@@ -71,7 +71,8 @@ def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def exported(plan: Path, version: str) -> tuple[Schedule, Path]:
     schedule = Schedule.load(plan)
-    csv, config = export_files(schedule, "torchtitan", plan.with_name(f"plan-{version}.csv"), torchtitan=version)
+    csv, config = export_files(schedule, "torchtitan", plan.with_name(f"plan-{version}.csv"),
+                               load_profile(plan.with_name("llama.json")), torchtitan=version)
     assert csv.suffix == ".csv" and csv.read_text()
     return schedule, config
 
@@ -89,25 +90,32 @@ def test_the_0_2_toml_names_every_module_once_with_its_fields(llama_plan: Path) 
     assert parts == [list(c) for c in torchtitan.torchtitan_parts(schedule.plan.split, "0.2")]
 
 
+# main's TrainingConfig fields the file sets (b5bcd76c; seq_len is set through _set_sequence_length).
+TRAINING_MAIN = {"num_tokens_per_microbatch_per_dp_rank", "disable_cuda_graphs"}
+
+
+def assigned(source: str, name: str) -> list[str]:
+    """The attributes of `name` that the source assigns (`par.x = ...`)."""
+    return [node.targets[0].attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Attribute) and ast.unparse(node.targets[0].value) == name]
+
+
 def test_the_main_config_sets_known_fields_and_names_every_module_once(llama_plan: Path) -> None:
+    """main is read, not run (the 0.3 config is run inside torchtitan: test_torchtitan_run.py)."""
     schedule, config = exported(llama_plan, "main")
     assert config.suffix == ".py"
     source = config.read_text()
-    fields = [node.targets[0].attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
-              and isinstance(node.targets[0], ast.Attribute)
-              and ast.unparse(node.targets[0].value) == "config.parallelism"]
-    assert set(fields) <= PARALLELISM_MAIN and len(fields) == len(set(fields)) == 6
-    spec = importlib.util.spec_from_file_location("plan_main", config)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config_object = SimpleNamespace(parallelism=SimpleNamespace())
-    assert module.apply_pipeline(config_object) is config_object
-    set_fields = vars(config_object.parallelism)
-    assert set_fields["num_pp_microbatches"] == schedule.num_microbatches == 4
-    assert set_fields["pipeline_parallel_schedule"] == "ZBVZeroBubble"
-    assert set_fields["pipeline_parallel_schedule_csv"] == str(config.with_suffix(".csv"))
-    assert set_fields["pipeline_parallel_layers_per_stage"] is None
-    parts = set_fields["module_fqns_per_model_part"]
+    fields = assigned(source, "par")
+    assert set(fields) <= PARALLELISM_MAIN | {"data_parallel_shard_degree", "data_parallel_replicate_degree",
+                                              "fsdp_reshard_after_forward"}
+    assert set(assigned(source, "training")) == TRAINING_MAIN
+    module = {}
+    exec(compile(source, str(config), "exec"), module)  # the constants; apply_pipeline needs torchtitan
+    assert module["MICROBATCHES"] == schedule.num_microbatches == 4 and module["SCHEDULE"] == "ZBVZeroBubble"
+    assert (module["MICROBATCH_SIZE"], module["SEQ_LEN"]) == (1, 128)  # estimate_llama's shape
+    assert module["SCHEDULE_CSV"] == str(config.with_suffix(".csv"))
+    assert module["SPLIT_BACKWARD"] is True and module["RECOMPUTE_MODE"] == "none"
+    parts = module["MODULE_FQNS_PER_MODEL_PART"]
     assert sorted(m for part in parts for m in part) == sorted(llama_modules(6, "main"))
     assert "lm_head" in parts[-1] and "output" not in json.dumps(parts)
 
@@ -139,12 +147,13 @@ def test_mtp_layers_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("files, version", [(["config/job_config.py"], "0.2"), (["config/configs.py"], "main"),
-                                            ([], None)])
+@pytest.mark.parametrize("files, version", [
+    ({"config/job_config.py": ""}, "0.2"), ({"config/configs.py": "num_pp_microbatches: int = 1"}, "main"),
+    ({"config/configs.py": "pipeline_parallel_microbatch_size: int = 1"}, "0.3"), ({}, None)])
 def test_the_installed_torchtitan_is_told_by_its_files(tmp_path, monkeypatch, files, version) -> None:
-    for name in files:
+    for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("")
+        (tmp_path / name).write_text(text)
     spec = SimpleNamespace(submodule_search_locations=[str(tmp_path)])
     monkeypatch.setattr(torchtitan.importlib.util, "find_spec", lambda name: spec)
     assert torchtitan.installed_version() == version
@@ -166,34 +175,17 @@ def recompute_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_blocks_a_plan_recomputes_go_to_torchtitan_per_part(recompute_plan: Path) -> None:
-    torch = pytest.importorskip("torch")
-    _, config = exported(recompute_plan, "main")
-    spec = importlib.util.spec_from_file_location("plan_recompute", config)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.RECOMPUTE_FQNS_PER_MODEL_PART == [["layers.1"], ["layers.4"]]
-    # A stand-in model part (blocks as model_part.layers[<i>]): the helper wraps exactly the planned blocks,
-    # and the gradients stay the same.
-    torch.manual_seed(0)
-    part = torch.nn.Module()
-    part.layers = torch.nn.ModuleDict({str(i): torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
-                                       for i in range(4)})
-    plain = copy.deepcopy(part)
-    module.apply_recompute(part)
-    wrapped = [key for key, block in part.layers.items() if type(block).__name__ == "CheckpointWrapper"]
-    assert wrapped == ["1"]
-    x = torch.randn(3, 8)
-    for model in (part, plain):
-        out = x
-        for block in model.layers.values():
-            out = block(out)
-        out.pow(2).sum().backward()
-    for (name, a), b in zip(part.named_parameters(), plain.parameters()):
-        assert torch.allclose(a.grad, b.grad), name
-    # 0.2: the lists as a comment (its TOML has no room for a helper), the table unchanged.
-    _, toml = exported(recompute_plan, "0.2")
-    text = toml.read_text()
-    assert '#   [["layers.1"], ["layers.4"]]' in text and "parallelism" in tomllib.loads(text)
+    """0.3 and main get the blocks per part (wrapped inside torchtitan: test_torchtitan_run.py); 0.2's TOML
+    has one mode for every block, so a plan that recomputes some is refused there, nothing written."""
+    for version in ("0.3", "main"):
+        _, config = exported(recompute_plan, version)
+        module: dict = {}
+        exec(compile(config.read_text(), str(config), "exec"), module)
+        assert module["RECOMPUTE_FQNS_PER_MODEL_PART"] == [["layers.1"], ["layers.4"]]
+        assert module["RECOMPUTE_MODE"] == "planned"
+    with pytest.raises(PartitionError, match="torchtitan 0.2 applies one activation-checkpointing mode to every"):
+        exported(recompute_plan, "0.2")
+    assert not recompute_plan.with_name("plan-0.2.toml").exists()
 
 
 def test_selective_recompute_is_refused_for_torchtitan() -> None:
@@ -202,3 +194,26 @@ def test_selective_recompute_is_refused_for_torchtitan() -> None:
     split = split_of_modules(parts)
     with pytest.raises(PartitionError, match="recomputes 'layers.1' at selective .* torchtitan cannot wrap by module"):
         torchtitan.torchtitan_config(schedule, split, "s.csv", "main", {"layers.1": "selective"})
+    with pytest.raises(PartitionError, match="recomputes 'norm', which is not a decoder block"):
+        torchtitan.torchtitan_config(schedule, split, "s.csv", "main", {"norm": "full"})
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, llama_plan: Path) -> None:
+    """-p 1, a profile without the microbatch, no profile, an unknown version: one line each, no file."""
+    profile = llama_plan.with_name("llama.json")
+    one = tmp_path / "one.json"
+    with_legacy_plan(generate("1f1b", 1, 4), {"chunks": [llama_modules(2, "main")]}).save(one)
+    raw = json.loads(profile.read_text())
+    del raw["details"]["model"]["micro_batch"]
+    (tmp_path / "bare.json").write_text(json.dumps(raw))
+    with pytest.raises(ScheduleError, match="turns pipelining off at pipeline_parallel_degree 1") as err:
+        torchtitan.torchtitan_config(Schedule.load(one), Schedule.load(one).plan.split, "x.csv", "0.3", {},
+                                     load_profile(profile))
+    assert "\n" not in str(err.value)
+    cases = [([llama_plan, "--profile", tmp_path / "bare.json"], "does not record the microbatch it was made for"),
+             ([llama_plan], "error: --profile: the torchtitan export needs the profile the plan was made on"),
+             ([llama_plan, "--profile", profile, "--torchtitan", "0.9"], "torchtitan version '0.9' is not known")]
+    for args, message in cases:
+        result = runner.invoke(app, ["export", *map(str, args), "-f", "torchtitan", "-o", str(tmp_path / "x.csv")])
+        assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1 and message in result.stderr, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.json", "one.json"]

@@ -22,6 +22,7 @@ from zbsearch.core.profile import Profile, load_profile
 from zbsearch.interop.formats.export import export, export_files, render
 from zbsearch.interop.formats.layer_split import Split, split_of
 from zbsearch.interop.formats.torchtitan import torchtitan_toml
+from zbsearch.interop.formats.torchtitan_plan import TitanPlan
 from zbsearch.interop.formats.trainers import compress, expand, megatron_args
 from zbsearch.schedules import generate
 
@@ -42,7 +43,8 @@ def toy_profile(n_blocks: int = 6) -> Profile:
     return Profile.from_dict({
         "name": "toy", "num_stages": 2, "microbatches": 4, "time_unit": "us", "memory_unit": "bytes", "comm": 0.0,
         "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": GiB, "mem_W": GiB / 2}] * 2, "layers": layers,
-        "source": {"kind": "estimated", "method": "hand-made for tests"}})
+        "source": {"kind": "estimated", "method": "hand-made for tests"},
+        "details": {"model": {"micro_batch": 1, "seq": 8192}}})
 
 
 def with_split(name: str, p: int, m: int, counts: list[int]) -> Schedule:
@@ -52,19 +54,28 @@ def with_split(name: str, p: int, m: int, counts: list[int]) -> Schedule:
 
 
 LINEAR_TOML = '''\
-# torchtitan v0.2.2: stages and order of zbsearch schedule '1f1b' (placement linear: 2 ranks, 2 stages, 4 microbatches).
-# Merge this table into the job's TOML config (--job.config_file). For torchtitan's main branch
-# (Python configs, head lm_head) export with --torchtitan main.
+# torchtitan v0.2.2: zbsearch schedule '1f1b' as planned (placement linear: 2 ranks, 2 stages, 4 microbatches).
+# Merge these tables into the job's TOML config (--job.config_file). For torchtitan 0.3 or main
+# (Python configs, head lm_head) export with --torchtitan 0.3 or --torchtitan main.
 # Part i is torch's stage i; rank r builds stage r. Leave pipeline_parallel_layers_per_stage unset.
-# Microbatches must be 4: training.local_batch_size / parallelism.pipeline_parallel_microbatch_size.
+# 4 microbatches of 1 x 8192 tokens (local_batch_size / microbatch size);
+# keep a model flavor without FlexAttention (0.2's default flavors use SDPA).
 [parallelism]
 pipeline_parallel_degree = 2
 pipeline_parallel_schedule = "1F1B"
 pipeline_parallel_schedule_csv = "{csv}"
+pipeline_parallel_microbatch_size = 1
 module_fqns_per_model_part = [
     ["tok_embeddings", "layers.0", "layers.1"],
     ["layers.2", "layers.3", "layers.4", "layers.5", "norm", "output"],
 ]
+
+[training]
+local_batch_size = 4
+seq_len = 8192
+
+[activation_checkpoint]
+mode = "none"
 '''
 
 
@@ -82,7 +93,7 @@ def test_plan_of_is_the_split_the_solver_attaches():
 def test_torchtitan_linear_writes_the_csv_and_the_exact_toml(tmp_path):
     schedule = with_split("1f1b", 2, 4, [3, 5])
     csv = tmp_path / "linear.csv"
-    assert export_files(schedule, "torchtitan", csv, torchtitan="0.2") == [csv, tmp_path / "linear.toml"]
+    assert export_files(schedule, "torchtitan", csv, toy_profile(), torchtitan="0.2") == [csv, tmp_path / "linear.toml"]
     assert csv.read_text() == render(schedule, "torch-csv")
     assert (tmp_path / "linear.toml").read_text() == LINEAR_TOML.format(csv=csv)
 
@@ -95,16 +106,19 @@ def test_torchtitan_linear_writes_the_csv_and_the_exact_toml(tmp_path):
 ])
 def test_torchtitan_toml_round_trips_through_tomllib(tmp_path, name, counts, torch_name, parts):
     schedule = with_split(name, 2, 4, counts)
-    export(schedule, "torchtitan", tmp_path / "s.csv", torchtitan="0.2")
+    export(schedule, "torchtitan", tmp_path / "s.csv", toy_profile(), torchtitan="0.2")
     table = tomllib.loads((tmp_path / "s.toml").read_text())["parallelism"]
     assert table == {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": torch_name,
-                     "pipeline_parallel_schedule_csv": str(tmp_path / "s.csv"), "module_fqns_per_model_part": parts}
+                     "pipeline_parallel_schedule_csv": str(tmp_path / "s.csv"), "module_fqns_per_model_part": parts,
+                     "pipeline_parallel_microbatch_size": 1}
 
 
 def test_odd_module_names_stay_valid_toml(tmp_path):
     odd = ['a "quoted" \\ name', "ünïcode.0"]
     split = Split(((odd[0],), (odd[1],)), ((odd[0],), (odd[1],)), (("other",), ("other",)))
-    text = torchtitan_toml(generate("1f1b", 2, 4), split, "s.csv")
+    plan = TitanPlan(2, "1F1B", "s.csv", [list(c) for c in split.modules], 4, 1, 8, [[], []], "none", False, None,
+                     None)
+    text = torchtitan_toml(generate("1f1b", 2, 4), plan)
     assert tomllib.loads(text)["parallelism"]["module_fqns_per_model_part"] == [[odd[0]], [odd[1]]]
 
 
@@ -216,7 +230,7 @@ def test_mtp_layers_must_share_one_stage(tmp_path):
 @pytest.mark.parametrize("version, name", [("0.2", "x.toml"), ("main", "x.py")])
 def test_a_csv_named_like_its_config_would_overwrite_itself(tmp_path, version, name):
     with pytest.raises(ZbsearchError, match="name the CSV file with another suffix"):
-        export(with_split("1f1b", 2, 4, [3, 5]), "torchtitan", tmp_path / name, torchtitan=version)
+        export(with_split("1f1b", 2, 4, [3, 5]), "torchtitan", tmp_path / name, toy_profile(), torchtitan=version)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -227,18 +241,21 @@ def invoke(*args: object):
 
 
 def test_cli_export_torchtitan_and_megatron(tmp_path):
-    sched = tmp_path / "s.json"
+    sched, prof = tmp_path / "s.json", tmp_path / "toy.json"
     with_split("interleaved-1f1b", 2, 4, [2, 2, 2, 2]).save(sched)
-    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.2", "-o", tmp_path / "s.csv")
+    prof.write_text(json.dumps(toy_profile().to_dict()))
+    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.2", "--profile", prof,
+                    "-o", tmp_path / "s.csv")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"wrote {tmp_path / 's.csv'} (torch-csv: 2 ranks, 4 stages, 4 microbatches, 32 actions)",
-        f"wrote {tmp_path / 's.toml'} (torchtitan v0.2.2, as asked: [parallelism] TOML table with "
-        "module_fqns_per_model_part for 4 stages, the CSV's path, degree, stage layout and microbatches)"]
-    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.3", "-o", tmp_path / "t.csv")
+        f"wrote {tmp_path / 's.toml'} (torchtitan v0.2.2, as asked: TOML tables with module_fqns_per_model_part "
+        "for 4 stages, the CSV's path, degree, stage layout, microbatch count and size, the plan's recompute and "
+        "sharding)"]
+    result = invoke("export", sched, "--format", "torchtitan", "--torchtitan", "0.4", "-o", tmp_path / "t.csv")
     assert result.exit_code == 1 and result.stderr.splitlines() == [
-        "error: --torchtitan: torchtitan version '0.3' is not known: use main (Python configs, head lm_head) or 0.2 "
-        "(TOML configs, head output)"]
+        "error: --torchtitan: torchtitan version '0.4' is not known: use main or 0.3 (Python configs, head lm_head) "
+        "or 0.2 (TOML configs, head output)"]
     result = invoke("export", sched, "--format", "torch-csv", "--torchtitan", "main", "-o", tmp_path / "t.csv")
     assert result.exit_code == 1 and "--torchtitan main goes with --format torchtitan" in result.stderr
     assert not (tmp_path / "t.csv").exists()

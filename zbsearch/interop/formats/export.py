@@ -53,8 +53,8 @@ FORMATS: dict[str, str] = {
     "torch-csv-comms": "CSV lowered by torch with SEND/RECV, REDUCE_GRAD, UNSHARD/RESHARD (needs torch)",
     "json": "schedule JSON plus per-rank instructions with planned start/end (needs a profile)",
     "chrome-trace": "Trace Event JSON of the simulated timeline for Perfetto / chrome://tracing (needs a profile)",
-    "torchtitan": "torch-csv at FILE plus torchtitan's config beside it: FILE's name with .py (main: "
-                  "apply_pipeline(config)) or .toml (0.2: the [parallelism] table) (needs the layer split)",
+    "torchtitan": "torch-csv at FILE plus torchtitan's config beside it: FILE's name with .py (main and 0.3: "
+                  "apply_pipeline(config)) or .toml (0.2: its tables) (needs the layer split and the profile)",
     "megatron-layout": "Megatron-LM arguments: pipeline size, layout string, layer counts, the plan's recompute "
                        "where Megatron can express it (needs the layer split)",
 }
@@ -272,8 +272,9 @@ def config_path(path: str | Path, torchtitan: str) -> Path:
 def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,
                  torchtitan: str | None = None) -> list[tuple[Path, str]]:
     """Every file `fmt` writes for `path`, with its text, all rendered (and checked) before any is
-    written: the torchtitan export is the torch-csv at `path` and the config of `torchtitan` (main or
-    0.2; None: the installed one, else main) at `config_path(path, version)`."""
+    written: the torchtitan export is the torch-csv at `path` and the config of `torchtitan` (main, 0.3
+    or 0.2; None: the installed one, else main) at `config_path(path, version)`, which needs the profile
+    the plan was made on (its microbatch)."""
     path = Path(path)
     if fmt != "torchtitan":
         return [(path, render(schedule, fmt, profile))]
@@ -285,7 +286,7 @@ def render_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profil
     text = render(schedule, "torch-csv", profile)
     levels, _ = schedule.plan.levels_for_every_microbatch(schedule.num_microbatches)
     return [(path, text), (config, torchtitan_config(schedule, split_of(schedule, profile), str(path), version,
-                                                     levels))]
+                                                     levels, profile))]
 
 
 def export_files(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | None = None,
@@ -311,12 +312,13 @@ def export(schedule: Schedule, fmt: str, path: str | Path, profile: Profile | No
         Where to write; its folder must exist. The torchtitan export also writes `config_path(path, version)`.
     profile
         Costs for the simulated times (needed by json and chrome-trace; with torch-csv it only adds a
-        check that the schedule fits the profile). For torchtitan and megatron-layout, the layer split
+        check that the schedule fits the profile). For torchtitan, the microbatch (details.model); for
+        torchtitan and megatron-layout, the layer split
         when the schedule carries none (`details.partition.layers_per_stage`; names, module paths and
         kinds from its `layers` when it has them).
     torchtitan
-        The torchtitan version the torchtitan export writes for: "main" (a Python config) or "0.2" (TOML);
-        None: the one installed here, else main.
+        The torchtitan version the torchtitan export writes for: "main" or "0.3" (a Python config) or "0.2"
+        (TOML); None: the one installed here, else main.
 
     Returns
     -------
