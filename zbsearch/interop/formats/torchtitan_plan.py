@@ -96,7 +96,7 @@ def recompute_parts(split: Split, levels: Mapping[str, str]) -> list[list[str]]:
     if outside:
         raise PartitionError(f"the plan recomputes {outside[0]!r}, which is not a decoder block: torchtitan's "
                              "activation checkpointing wraps the blocks layers.<i> only; plan recompute on the "
-                             "decoder blocks for torchtitan (solve --recompute auto-layers or a fixed list)")
+                             "decoder blocks for torchtitan (recompute auto-layers, or a fixed list of blocks)")
     return [[name for name in chunk if name in levels] for chunk in split.chunks]
 
 
