@@ -18,8 +18,10 @@ Each phase stops early when it settles, and what it leaves goes to the next. In 
 relaxed bound walked to its deadline twice, both starts running out) 2 x 0.30 + 0.15 + 0.10 + 0.10 =
 0.95 of T is spoken for before CP-SAT starts; with the bound taken once, 0.65.
 
-A partition search (search/partition/search.py) with time limit T scores splits with the heuristics
-until `split_search_share` x T, polishes the best with `solve` until (1 - `split_bound_share`) x T,
+A partition search (search/partition/search.py) with time limit T over P placements scores splits with
+the heuristics until `split_search_share` x T (the even and balanced splits whatever the time, each given
+the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition NAME` gives
+them: up to 2 x 0.25 x T in the worst case, when neither search settles sooner), polishes the best with `solve` until (1 - `split_bound_share`) x T,
 and tightens the bound over every split in what is left.
 
 Every share below names the command that measured it; run it on another machine to check the share

@@ -174,3 +174,44 @@ def test_windows_recompute_on_chunks_the_plan_did_not(tmp_path) -> None:
                    for name in chunk}
     assert plan.levels and set(plan.levels) <= recomputing
     assert_validates_as_searched(tmp_path, prof, chosen, "14GiB")
+
+
+@pytest.mark.parametrize("per_microbatch", [False, True])
+def test_a_fixed_choice_of_the_first_layers_or_ranks_is_among_the_starts(per_microbatch) -> None:
+    """Issue 39, deliverable 5: a fixed choice users write (every layer of the first k layers, or of the
+    first ranks) beat what the walks from no recompute returned on a 70B-like profile. The best such choice
+    on the plan without recompute's split, where it beats that plan, is a walk start: the search is never
+    slower than its heuristic schedule (the walk and the polish only improve on it)."""
+    from zbsearch.search.recompute.search import _evaluate, _fixed_choices, _rank_layers, everything
+
+    prof = profile([block(i, 1.0, 0.1) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
+    plain = search_splits(request, SearchOptions(time_limit=4))
+    full = search_splits(everything(request), SearchOptions(time_limit=4))
+    placement = parse_placement("linear", 2)
+    counts = tuple(len(c) for c in plain.schedule.plan.split.chunks)
+    first = _evaluate(request, {}, placement, counts, per_microbatch)
+    layers = prof.layers
+    fixed = [{x.name: "full" for x in layers[:k] if x.recompute} for k in range(1, len(layers))]
+    fixed += [{x.name: "full" for x in _rank_layers(request, placement, counts)[0] if x.recompute}]
+    scores = [_evaluate(request, levels, placement, counts, False).objective for levels in fixed if levels]
+    assert min(scores) < first.objective  # a fixed choice beats the plan without recompute here
+    assert _fixed_choices(request, first, per_microbatch, math.inf)
+    found = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=per_microbatch,
+                                  starts=(plain, full))
+    assert found.objective <= min(scores) + 1e-9
+
+
+@pytest.mark.parametrize("recompute", ["auto", "auto-layers"])
+def test_allowing_recompute_is_never_slower_than_forbidding_it(recompute) -> None:
+    """Issue 39, deliverable 5: with recompute allowed the search starts from the plan without it (its
+    joint search given a quarter of the time), so where that plan is proven optimal in its quarter, as
+    here, the search with recompute is no slower than the one without at the same limit."""
+    prof = profile([block(i, 1.0, 0.5) for i in range(4)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
+    options = SearchOptions(time_limit=8)
+    plain = search_splits(request, options.with_time(options.budget.recompute_plain_share * options.time_limit))
+    without = search_splits(request, options)
+    assert plain.objective == pytest.approx(without.objective)  # the quarter finds the same plan
+    allowed = search_with_recompute(request, options, per_microbatch=recompute == "auto")
+    assert allowed.objective <= without.objective + 1e-9

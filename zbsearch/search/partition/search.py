@@ -2,12 +2,17 @@
 
 The method, per placement: score candidate splits (even, the chunk-time DP, the rank-balanced DP,
 memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
-(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory);
-then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
+(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory), and give
+the even and balanced splits (the ones `--partition` names; the other seeds while the scoring share
+lasts) the tuned and periodic starts solve() would give them under `--partition NAME`, for the same
+seconds (partition/scored.py); then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
 smallest and never one whose bound cannot beat the best, while they improve the score and time
 allows; then polish with the full solver (CP-SAT) the best split and, of those within NEAR of it, the
-one of least own bound, each for a time in proportion to what it could still gain (its heuristic's
-distance to its own bound). The answer's lower bound is the
+one of least own bound, each for a time in proportion to what it could still gain (its best start's
+distance to its own bound), from its best start. So the answer is never slower than the start
+`--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
+give the same schedule where neither is cut short by its deadline); CP-SAT's time on the split differs,
+so the final plans may still differ by what it finds. The answer's lower bound is the
 bound over every split (partition/bounds.py, tightened by partition/enumerate.py in the time kept for it), so
 its gap says how far it is from the best plan of any partition.
 """
@@ -37,6 +42,7 @@ from .bounds import least_bound_split, split_bound
 from .enumerate import bound_input, refined_bound
 from .leaf import RankCache
 from .report import rank_totals, split_facts
+from .scored import NAMED, Scored, give_starts, peak_of
 from .candidates import (balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced,
     rank_work, transfers)
 
@@ -62,22 +68,6 @@ class SplitRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", Objective.parse(self.objective))
-
-
-@dataclass
-class Scored:
-    """One split on one placement, scored by its best heuristic schedule."""
-
-    placement: Placement
-    counts: tuple[int, ...]
-    origin: str
-    objective: float = math.inf
-    peak: float = math.inf  # the largest rank's static bytes + peak activations
-    problem: Problem | None = None
-
-    @property
-    def key(self) -> tuple[float, float]:
-        return self.objective, self.peak
 
 
 @dataclass
@@ -124,11 +114,8 @@ class SplitSearch:
         except InfeasibleError as exc:
             self.refused.append(exc)
         else:
-            tl = start.timeline
-            entry.objective = start.objective
-            entry.peak = max(tl.peak_memory(r) + (problem.profile.stages[r].static_bytes or 0.0)
-                             for r in range(problem.num_ranks))
-            entry.problem = problem
+            entry.objective, entry.peak = start.objective, peak_of(problem, start.timeline)
+            entry.problem, entry.start = problem, start
         self.scored[key] = entry
         return entry
 
@@ -225,39 +212,58 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
     time_limit, budget = options.time_limit, options.budget
     search = SplitSearch(request, t0 + budget.split_search_share * time_limit, budget)
     placements = [parse_placement(name, request.num_ranks) for name in request.placements]
+    seeds: list[Scored] = []
     for placement in placements:
         k = route_length(placement)
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
-        for n, (origin, counts) in enumerate(seed_splits(request, placement, budget)):
+        for origin, counts in seed_splits(request, placement, budget):
             # Each seed costs a heuristic run (0.4 s at p=8, m=32): past the search's share of the time,
-            # a placement scores only its first, so that a short time limit is kept (it ran 3x over).
-            if n == 0 or time.monotonic() < search.deadline:
-                search.score(placement, counts, origin)
+            # a placement scores only the splits `--partition` names, so that a short time limit is kept
+            # (it ran 3x over).
+            if origin in NAMED or time.monotonic() < search.deadline:
+                seeds.append(search.score(placement, counts, origin))
+    # The named splits start where `--partition NAME` would (scored.py), whatever the time.
+    _give_starts(search, [s for s in seeds if s.origin in NAMED], options, None)
     per_placement = len(placements)
     for k, placement in enumerate(placements):
         mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
         budget_end = time.monotonic() + search.time_left() / (per_placement - k)
         if mine and mine[0].objective < math.inf:
             improve_split(search, mine[0], budget_end)
-    ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.key)
+    _give_starts(search, seeds, options, search.deadline)
+    ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.found_key)
     if not ranked:
         raise _no_split_fits(request, search)
-    options.tell(time.monotonic() - t0, ranked[0].objective, 0.0, "split search")
+    options.tell(time.monotonic() - t0, ranked[0].found, 0.0, "split search")
     results: list[SolveResult] = []
     origins: dict[int, str] = {}
     chosen = _to_polish(search, ranked)
     # Each split's time in proportion to how far its heuristic is above its own bound: what the
     # solver could still gain there.
-    room = [max(entry.objective - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
+    room = [max(entry.found - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
     for k, entry in enumerate(chosen):
         left = (1 - budget.split_bound_share) * time_limit - (time.monotonic() - t0)
         share = left * room[k] / sum(room[k:])
         assert entry.problem is not None
-        results.append(solve(entry.problem, options.with_time(share)))
+        results.append(solve(entry.problem, options.with_time(share), entry.starts))
         origins[id(results[-1])] = entry.origin
         search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
     return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)
+
+
+def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOptions, until: float | None) -> None:
+    """The seeds given the starts solve() would give them under `--partition NAME` (scored.give_starts): the
+    tune and periodic shares of the time limit over the placements (what fixed_split gives each), none
+    past `until` (None: whatever the time), each start against the split's own bound."""
+    per_placement = options.time_limit / len(search.request.placements)
+    budget = options.budget
+    for entry in seeds:
+        if until is not None and time.monotonic() >= until:
+            return
+        if entry.problem is not None and entry.starts is None:
+            give_starts(entry, search.leaf_bound(entry.placement)(entry.counts), budget.tune_share * per_placement,
+                        budget.periodic_share * per_placement, options.seed, math.inf if until is None else until)
 
 
 def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
@@ -267,8 +273,8 @@ def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
     bound, and on gpt3-2.7b at 10 GiB the two best heuristic splits had the same bound (473.1 ms) and
     neither solved below 485.5 ms, while the fourth (486.5 ms, bound 468.6 ms) solves to 480.5 ms."""
     best = ranked[0]
-    near = [s for s in ranked[1:NEAR_CANDIDATES] if s.objective <= best.objective * (1 + NEAR)]
-    rest = sorted(near, key=lambda s: (search.leaf_bound(s.placement)(s.counts), s.key))
+    near = [s for s in ranked[1:NEAR_CANDIDATES] if s.found <= best.found * (1 + NEAR)]
+    rest = sorted(near, key=lambda s: (search.leaf_bound(s.placement)(s.counts), s.found_key))
     return [best] + rest[:POLISH - 1] if rest else ranked[:POLISH]
 
 
@@ -338,7 +344,7 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
         # The best plan found on each placement beside its bound: where the two stay far apart, the
         # gap is that placement's, whichever of them is weak.
         kind = parse_placement(name, request.num_ranks).name
-        found = [s.objective for s in search.scored.values() if s.placement.name == kind]
+        found = [s.found for s in search.scored.values() if s.placement.name == kind]
         found += [r.objective for r in results if r.problem.placement.name == kind]
         placed["best_found"] = min(found, default=math.inf)
     lower, status = best.lower_bound, best.status

@@ -4,8 +4,9 @@ microbatches), chosen with the split, the placement and the schedule.
 Recompute pays where memory throttles the schedule: a rank at its cap holds fewer microbatches than its
 schedule would, and the ranks behind it wait. So the search starts from the joint search's best plans
 (`search_splits`) without recompute and with every layer recomputed (the Megatron and torchtitan habit),
-and, on each placement neither chose, from every layer recomputed on the time-balanced split; from each
-it walks the recompute levels, scoring each step with the heuristics on the same split and placement:
+on each placement neither chose, from every layer recomputed on the time-balanced split, and from the best
+fixed choice users write (every layer of the first k layers or first ranks) on the split of the plan without
+recompute, where it beats that plan; from each it walks the recompute levels, scoring each step with the heuristics on the same split and placement:
 
 1. the ranks whose room would not take one more microbatch of their heaviest chunk are the throttled
    ones;
@@ -247,6 +248,8 @@ def search_with_recompute(request: SplitRequest, options: SearchOptions = Search
               for levels, start in found for placement in [parse_placement(start.problem.placement.name,
                                                                            request.num_ranks)]]
     firsts += _other_placements(request, {x.placement.name for x in firsts}, every_layer, per_microbatch)
+    if found[0][0] == {}:  # from the plan without recompute: a fixed choice of the first layers or ranks
+        firsts += _fixed_choices(request, firsts[0], per_microbatch, time.monotonic() + (walk_end - time.monotonic()) / 2)
     ends: list[Levels] = []
     for first in firsts:
         share_end = time.monotonic() + (walk_end - time.monotonic()) / (len(firsts) - len(ends))
@@ -303,6 +306,28 @@ def _other_placements(request: SplitRequest, covered: set[str], every_layer: dic
         if first.objective < math.inf:
             out.append(first)
     return out
+
+
+PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # the first k layers a fixed choice recomputes
+
+
+def _fixed_choices(request: SplitRequest, plain: Levels, per_microbatch: bool, deadline: float) -> list[Levels]:
+    """A walk start on the plan without recompute's split: the best of the fixed choices users write (every
+    layer of the first k layers, k in PREFIXES, or of the first r ranks), where it beats that plan's
+    score; none otherwise. A walk adds layers by 1, 2 or 4 per rank, and stops where no step helps, which
+    a dozen layers may (issue 39: on a 70B-like profile at p=2, 20 GiB, layers.0..layers.11 gave 22.23 s
+    where the walks from no recompute returned 25.10 s). One heuristic run each, until `deadline`."""
+    layers = request.profile.layers or ()
+    choices = [_more(layers[:k], {}, k) for k in PREFIXES if k < len(layers)]
+    ranks = _rank_layers(request, plain.placement, plain.counts)
+    choices += [_more([x for r in range(q) for x in ranks[r]], {}, len(layers)) for q in range(1, len(ranks))]
+    best = plain
+    for levels in {tuple(sorted(c.items())): c for c in choices if c}.values():
+        if time.monotonic() >= deadline:
+            break
+        tried = _evaluate(request, levels, plain.placement, plain.counts, per_microbatch)
+        best = tried if tried.objective < best.objective * (1 - 1e-9) else best
+    return [] if best is plain else [best]
 
 
 def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float, budget: Budget) -> SplitBound:

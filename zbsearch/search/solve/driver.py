@@ -21,7 +21,7 @@ from ..problem import Problem
 from .grid import GridSearch, refine
 from .incumbent import fuse_if_faster, with_backwards_split
 from .report import PlacementOutcome, SolveDetails, SolveResult
-from .starts import Origin, Start, heuristic_start, periodic_applies, periodic_start, tuned_start
+from .starts import Start, Starts, better_starts, heuristic_start
 
 __all__ = ["Progress", "SearchOptions", "SolveResult", "solve", "solve_placements"]
 
@@ -61,36 +61,23 @@ def _bounds(problem: Problem, options: SearchOptions) -> _Bounds:
     return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
 
 
-@dataclass(frozen=True)
-class _Starts:
-    """The start to go on with, and the starts the tuning and the periodic schedule replaced."""
-
-    start: Start
-    tuned: Origin | None = None
-    periodic: Origin | None = None
+def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOptions) -> Starts:
+    """starts.better_starts with the budget's tune and periodic shares of the time limit."""
+    budget = options.budget
+    return better_starts(problem, start, lb, budget.tune_share * options.time_limit,
+                         budget.periodic_share * options.time_limit, options.seed)
 
 
-def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOptions) -> _Starts:
-    """The start, or a better valid one from the per-rank tuned list greedy (for the budget's tune share
-    of the time limit) and, on chunked placements under a limit, the periodic schedule (its periodic
-    share); the start unchanged when it meets the bound already. Also where each came from."""
-    if status_for(start.objective, lb) is Status.OPTIMAL:
-        return _Starts(start)
-    tuned = tuned_start(problem, start, options.until(options.budget.tune_share), options.seed)
-    if status_for(tuned.start.objective, lb) is Status.OPTIMAL or not periodic_applies(problem):
-        return _Starts(tuned.start, tuned.origin)
-    periodic = periodic_start(problem, tuned.start, options.until(options.budget.periodic_share))
-    return _Starts(periodic.start, tuned.origin, periodic.origin)
-
-
-def solve(problem: Problem, options: SearchOptions = SearchOptions()) -> SolveResult:
+def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: Starts | None = None) -> SolveResult:
     """Find the best schedule for `problem` within the options' time limit, spent as their budget says.
+    `starts`: the heuristic start already improved by starts.better_starts (the partition search's named
+    splits), in place of those phases; the answer is never worse than its start.
     Raises InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
     t0 = time.monotonic()
     problem.check_feasible()
-    first = heuristic_start(problem)
+    first = heuristic_start(problem) if starts is None else starts.start
     bounds = _bounds(problem, options)
-    starts = _better_starts(problem, first, bounds.lower, options)
+    starts = _better_starts(problem, first, bounds.lower, options) if starts is None else starts
     start = starts.start
     options.tell(time.monotonic() - t0, start.objective, bounds.lower, "heuristics")
     search = GridSearch(problem, bounds.real, t0, options.time_limit * (1 - options.budget.reserve) - 0.5, options,

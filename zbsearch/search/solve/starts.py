@@ -6,17 +6,22 @@ what they find only when it is shorter and passes the validator.
   microbatches one at a time when none fits;
 - tuned_start: the list greedy with its choices tuned rank by rank (greedy/tune.py);
 - periodic_start: on chunked placements (V-shape, interleaved) under a memory limit, the periodic
-  schedule (greedy/modulo.py).
+  schedule (greedy/modulo.py);
+- better_starts: the last two in solve's order, from the heuristic start: what solve() starts CP-SAT from,
+  and what the partition search gives its named splits (so that no split it names starts worse there than
+  under `--partition NAME`).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ...core.errors import ZbsearchError
 from ...core.ir import Action, Kind, Schedule, build
+from ...core.objective import Status, status_for
 from ...sim.simulate import Timeline
 from ...sim.validate import check
 from ..greedy.candidates import candidates, engine_schedule
@@ -137,3 +142,29 @@ def valid_start(problem: Problem, schedule: Schedule) -> Start | None:
     if not report.ok or report.timeline is None:
         return None
     return Start(schedule.name, schedule, report.timeline, problem.objective.of(report.timeline))
+
+
+@dataclass(frozen=True)
+class Starts:
+    """The start to go on with, and the starts the tuning and the periodic schedule replaced."""
+
+    start: Start
+    tuned: Origin | None = None
+    periodic: Origin | None = None
+
+
+def better_starts(problem: Problem, start: Start, lb: float, tune_seconds: float, periodic_seconds: float,
+                  seed: int, until: float = math.inf) -> Starts:
+    """`start`, or a better valid one from the per-rank tuned list greedy (for `tune_seconds`) and, on
+    chunked placements under a limit, the periodic schedule (`periodic_seconds`, from when the tuning
+    ends), neither past `until` (time.monotonic()); `start` unchanged when it meets the bound `lb` already.
+    Also where each came from. Each search stops at its deadline or when it is done (the tuning's
+    evaluation cap, the periodic sweep): the same problem, start and seed give the same answer unless a
+    deadline cuts one short."""
+    if status_for(start.objective, lb) is Status.OPTIMAL:
+        return Starts(start)
+    tuned = tuned_start(problem, start, min(time.monotonic() + tune_seconds, until), seed)
+    if status_for(tuned.start.objective, lb) is Status.OPTIMAL or not periodic_applies(problem):
+        return Starts(tuned.start, tuned.origin)
+    periodic = periodic_start(problem, tuned.start, min(time.monotonic() + periodic_seconds, until))
+    return Starts(periodic.start, tuned.origin, periodic.origin)
