@@ -26,6 +26,7 @@ from zbsearch.search.recompute import search as recompute
 from zbsearch.search.partition.search import SplitRequest
 from zbsearch.search.problem import Problem, make_problem
 from zbsearch.search.solve import driver
+from zbsearch.search.solve import starts as starts_module
 from zbsearch.search.solve.grid import GridRun
 from zbsearch.search.solve.starts import Improved
 
@@ -85,8 +86,9 @@ def test_each_phase_of_a_solve_gets_its_share_of_the_budget(monkeypatch: pytest.
     monkeypatch.setattr(options_module, "time", _frozen_clock())
     monkeypatch.setattr(driver, "rank_bounds", bounds)
     monkeypatch.setattr(driver, "objective_bound", lambda bounds, objective: 0.0)  # keeps every phase running
-    monkeypatch.setattr(driver, "tuned_start", tuned)
-    monkeypatch.setattr(driver, "periodic_start", periodic)
+    monkeypatch.setattr(starts_module, "time", _frozen_clock())  # the better starts run in solve/starts.py
+    monkeypatch.setattr(starts_module, "tuned_start", tuned)
+    monkeypatch.setattr(starts_module, "periodic_start", periodic)
     monkeypatch.setattr(driver, "refine", refine)
     monkeypatch.setattr(driver, "_improve_by_lns", lns)
     options = SearchOptions(time_limit=T, workers=3, seed=5, resolution=11, budget=OTHER)
@@ -131,9 +133,9 @@ def test_the_split_search_scores_and_polishes_for_its_shares(monkeypatch: pytest
         searches.append(real_search(*args))
         return searches[-1]
 
-    def solve(problem: Problem, options: SearchOptions) -> Any:
+    def solve(problem: Problem, options: SearchOptions, starts: Any = None) -> Any:
         polished.append(options)
-        return real_solve(problem, options.with_time(0.0))
+        return real_solve(problem, options.with_time(0.0), starts)
 
     monkeypatch.setattr(search, "time", _frozen_clock())
     monkeypatch.setattr(options_module, "time", _frozen_clock())
