@@ -89,3 +89,17 @@ def test_solve_writes_the_page_of_its_plan(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert f"wrote {out}" in result.stdout
     assert "the solve that made this plan" in out.read_text()
+
+
+def test_compare_writes_a_page_of_its_plan_at_each_limit(tmp_path: Path) -> None:
+    prefix = tmp_path / "cmp" / "out"
+    result = invoke("compare", *UNIFORM, "-p", "4", "-m", "8", "--mem-limits", "1p,none", "--time-limit", "1",
+                    "--figures", "none", "--schedules", "handcrafted", "-o", prefix, "--html")
+    assert result.exit_code == 0, result.stderr
+    for limit in ("1p", "none"):
+        page = prefix.parent / f"out_m8_{limit}.html"
+        assert f"wrote {page}" in result.stdout
+        text = page.read_text()
+        blob = text.split('<script id="plan-data" type="application/json">', 1)[1].split("</script>", 1)[0]
+        data = json.loads(blob.replace("<\\/", "</"))
+        assert len(data["boxes"]) == 3 * 4 * 8  # F, I and W of 8 microbatches on 4 stages: one box each

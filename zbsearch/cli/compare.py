@@ -7,16 +7,19 @@ the app prints as one line and exit 1.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from .console import progress_bar, stdout_console
+from .report import DEFAULT_TIME_LIMIT, write_html
 from .options import (OUTPUT_PANEL, PROBLEM_PANEL, ChunksOpt, ObjectiveOpt, PlacementOpt, ProfileOpt, SeedOpt,
     StagesOpt, TimeLimitOpt, UniformMemoryOpt, UniformOpt, WorkersOpt, flags_for, load_cli_profile,
     parse_limit, problem_for_schedule)
 from .params import IntList, StrList, parse_figure_formats, parse_microbatch_list, parse_str_list
+from ..core.objective import Objective
 from ..search.options import SearchOptions
 from ..studies import compare as cmp
 from ..report.plot import require_matplotlib
@@ -59,6 +62,11 @@ FigureOutOpt = Annotated[Path, typer.Option(
     "-o", "--output", metavar="FIGURE.png|FIGURE.svg", rich_help_panel=OUTPUT_PANEL,
     help="Figure file to write; the format follows the suffix.",
 )]
+HtmlPagesOpt = Annotated[bool, typer.Option(
+    "--html", rich_help_panel=OUTPUT_PANEL,
+    help="Also write PREFIX_mM_LIMIT.html: zbsearch's plan at each microbatch count and limit as one "
+         "self-contained page (as `zbsearch report` writes it).",
+)]
 TitleOpt = Annotated[Optional[str], typer.Option(
     "--title", metavar="TEXT", rich_help_panel=OUTPUT_PANEL,
     help="Chart title. Default: the schedule's name, bubble rate, makespan and peak memory.",
@@ -88,6 +96,7 @@ def compare_command(
     workers: WorkersOpt = 2,
     seed: SeedOpt = 0,
     figures: FiguresOpt = "png",  # type: ignore[assignment]
+    html: HtmlPagesOpt = False,
 ) -> None:
     """Compare every handcrafted schedule, torch's built-in orders and zbsearch at each memory limit.
 
@@ -113,6 +122,8 @@ def compare_command(
             with_torch=False if no_torch else None, progress=progress)
     comp.command = "zbsearch " + " ".join(_quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["compare"] else None
     written = cmp.write(comp, output, list(figures))
+    if html:
+        written += _write_pages(comp, output, objective)
     out = stdout_console()
     for mm in comp.microbatches:
         for limit in comp.limits:
@@ -126,6 +137,23 @@ def compare_command(
         out.print(f"skipped at m={skip.microbatches}: {skip.schedule}: {skip.reason}")
     for path in written:
         out.print(f"wrote {path}")
+
+
+def _write_pages(comp: cmp.Comparison, prefix: Path, objective: str) -> list[Path]:
+    """zbsearch's plan at each microbatch count and limit as an HTML page (cli/report.write_html: its quality
+    figures from short searches, as `zbsearch report` gives them); the paths written."""
+    written = []
+    for mm in comp.microbatches:
+        for limit in comp.limits:
+            for row in comp.rows_for(mm, limit):
+                if row.source != "zbsearch" or row.timeline is None:
+                    continue
+                path = prefix.parent / f"{prefix.name}_m{mm}_{re.sub(r'[^A-Za-z0-9.]+', '_', limit)}.html"
+                schedule = row.timeline.schedule
+                cap = parse_limit(limit, row.timeline.profile, COMPARE_FLAGS["mem_limit"], schedule.placement)
+                write_html(path, row.timeline, cap, Objective.parse(objective), DEFAULT_TIME_LIMIT)
+                written.append(path)
+    return written
 
 
 def _quote(arg: str) -> str:
