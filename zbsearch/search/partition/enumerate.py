@@ -47,7 +47,8 @@ class _Walk:
         return False
 
 
-def _linear_suffix(s: LayerSums, data: SplitBoundInput, deadline: float | None = None) -> list[list[float]]:
+def _linear_suffix(s: LayerSums, data: SplitBoundInput,
+                   deadline: float | None = None) -> list[list[float]]:
     """suffix[r][i]: the least max cheap bound of ranks r.. over splits of layers i.. among them (cut short
     at `deadline`, the entries not computed hold their ranks' work floor, as _floored)."""
     p, n = data.placement.num_ranks, s.n
@@ -85,12 +86,15 @@ def linear_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, dea
     return min(incumbent, visit(0, 0, 0.0, ())), walk.leaves, walk.complete
 
 
-def _v_suffix_table(data: SplitBoundInput, deadline: float | None) -> tuple[list[dict[tuple[int, int], float]], bool]:
+Suffix = list[dict[tuple[int, int], float]]
+
+
+def _v_suffix_table(data: SplitBoundInput, deadline: float | None) -> tuple[Suffix, bool]:
     """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them; whether
     it finished by `deadline` (cut short, the entries not computed hold their ranks' work floor)."""
     s = LayerSums(data.layers)
     p, n = data.placement.num_ranks, s.n
-    g: list[dict[tuple[int, int], float]] = [dict() for _ in range(p)]
+    g: Suffix = [dict() for _ in range(p)]
     for a in range(n):
         if past(deadline):
             return _floored(s, data, g), False
@@ -107,7 +111,7 @@ def _v_suffix_table(data: SplitBoundInput, deadline: float | None) -> tuple[list
     return g, True
 
 
-def _floored(s: LayerSums, data: SplitBoundInput, g: list[dict[tuple[int, int], float]]) -> list[dict[tuple[int, int], float]]:
+def _floored(s: LayerSums, data: SplitBoundInput, g: Suffix) -> Suffix:
     """`g` with every entry not computed set to m x the work of its layers over its ranks: a rank's bound
     is at least m x its own work, and one of the ranks holds at least their share."""
     p, n = data.placement.num_ranks, s.n
@@ -178,8 +182,8 @@ def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, o
                            profile.memory_model == "paper", budget)
 
 
-def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
-                  deadline: float | None, strong: LeafBound | None = None, walk: bool = True) -> tuple[float, int, bool]:
+def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float | None,
+                  strong: LeafBound | None = None, walk: bool = True) -> tuple[float, int, bool]:
     """(bound, splits bounded one by one, whether every split was accounted for exactly): the cheap DP
     bound, tightened by the walk until `deadline` when there is one and it is below the incumbent
     (on the V-shape, `strong` is the dearer bound of a split the walk gives only the splits that come
