@@ -19,10 +19,15 @@ relaxed bound walked to its deadline twice, both starts running out) 2 x 0.30 + 
 0.95 of T is spoken for before CP-SAT starts; with the bound taken once, 0.65.
 
 A partition search (search/partition/search.py) with time limit T over P placements scores splits with
-the heuristics until `split_search_share` x T (the even and balanced splits whatever the time, each given
-the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition NAME` gives
-them: up to 2 x 0.25 x T in the worst case, when neither search settles sooner), polishes the best with `solve` until (1 - `split_bound_share`) x T,
-and tightens the bound over every split in what is left.
+the heuristics until `split_search_share` x T (the least-bound seed's DP included; the even and balanced
+splits whatever the time, each given the tuned and periodic starts for `tune_share` and `periodic_share`
+x T / P, as `--partition NAME` gives them: up to 2 x 0.25 x T in the worst case, when neither search
+settles sooner), polishes the best with `solve` until (1 - `split_bound_share`) x T (a second split only
+while time is left), and takes the bound over every split in what is left: its DPs, tables and walks stop
+there, and one cut short is a weaker bound that still holds over every split (walk_complete False). Not
+timed: one heuristic run per placement and the first polish's heuristic start and rank bounds: on an
+80-layer model at p=8, m=128 they outlast a 10 s limit on 2 cores (`python bench/time_limit.py`,
+results/time_limit.md).
 
 Every share below names the command that measured it; run it on another machine to check the share
 holds there. Every phase reads the Budget of the SearchOptions it is given (search/options.py);

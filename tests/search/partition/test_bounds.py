@@ -1,14 +1,15 @@
 """partition/bounds.py: the cheap bound of a split and over every split. LayerSums (W and mem_W at their
 least), a linear rank's bound by hand (work, the wait for its first backward, memory), v_counts, DualPipe
 (the work floor) and interleaved (above it: whole layers and the head), the least-bound split by enumeration
-under span and `Np` limits, and bounds that never fall with fewer microbatches' room or rise with more
-memory."""
+under span and `Np` limits, bounds that never fall with fewer microbatches' room or rise with more
+memory, and the DPs cut short at a deadline (anywhere: still a bound, no higher than the finished one)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import random
+import time
 from typing import Iterator, Sequence
 
 import pytest
@@ -16,7 +17,8 @@ import pytest
 from zbsearch.core.ir import Placement, dualpipe, interleaved, linear, vshape
 from zbsearch.core.layers import Layer
 from zbsearch.core.objective import Objective
-from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound, v_counts
+from zbsearch.search.partition import bounds as bounds_module, interleaved as interleaved_module
+from zbsearch.search.partition.bounds import any_split_bound, cheap_bound, least_bound_split, split_bound, v_counts
 from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank
 
 
@@ -159,3 +161,63 @@ def test_more_memory_never_raises_a_bound_and_more_microbatches_never_lower_it(p
         assert all(a <= b + 1e-9 for a, b in zip(by_m, by_m[1:])), (counts, by_m)
     caps = [any_split_bound(_data(layers, placement, objective=objective, byte_cap=c)) for c in (10.0, 14.0, None)]
     assert caps[0] >= caps[1] - 1e-9 >= caps[2] - 2e-9
+
+
+class _Ticks:
+    """A stand-in for rank_bound.past: a deadline passes after `n` checks (no deadline never does), so a
+    DP is cut short at every point it checks, with no clock in the test."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, deadline: float | None) -> bool:
+        if deadline is None:
+            return False
+        self.n -= 1
+        return self.n < 0
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dp_cache() -> Iterator[None]:
+    caches = (bounds_module._least, interleaved_module._finished)
+    for cache in caches:
+        cache.done.clear()  # a finished DP is kept: each test starts without one
+    yield
+    for cache in caches:
+        cache.done.clear()
+
+
+@pytest.mark.parametrize("placement", [linear(3), vshape(2), vshape(3)], ids=["linear", "v2", "v3"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_dp_cut_short_anywhere_is_a_bound_no_higher_than_the_finished_one(monkeypatch: pytest.MonkeyPatch,
+                                                                           placement: Placement, seed: int) -> None:
+    data = _data(_random(9, seed), placement, byte_cap=rng_cap(seed))
+    finished_value, finished = cheap_bound(data, None)
+    assert finished and finished_value == any_split_bound(data)
+    every = min(split_bound(data, c) for c in _splits(9, len(placement.routes[0])))
+    for n in range(2000):
+        bounds_module._least.done.clear()
+        monkeypatch.setattr(bounds_module, "past", _Ticks(n))
+        value, done = cheap_bound(data, 0.0)
+        assert value <= finished_value + 1e-9 and value <= every + 1e-9
+        if done:
+            assert value == pytest.approx(finished_value)
+            break
+        assert least_bound_split(data, 0.0) is None  # cut short: no split named
+    else:
+        pytest.fail("the DP never finished")
+
+
+def rng_cap(seed: int) -> float | None:
+    return [None, 12.0, 16.0, 24.0][seed % 4]
+
+
+@pytest.mark.parametrize("placement", [linear(3), vshape(2), interleaved(2, 2)], ids=["linear", "v", "interleaved"])
+def test_a_deadline_already_past_gives_a_weaker_bound_at_once_and_keeps_nothing(placement: Placement) -> None:
+    data = _data(_random(9, 1), placement)
+    value, done = cheap_bound(data, time.monotonic() - 1.0)
+    assert not done and least_bound_split(data, time.monotonic() - 1.0) is None
+    # What was cut short is not kept: with time the DP finishes, at or above the cut-short bound.
+    full, done = cheap_bound(data, time.monotonic() + 60.0)
+    assert done and value <= full + 1e-9 and full == pytest.approx(any_split_bound(data))
+    assert cheap_bound(data, time.monotonic() - 1.0) == (full, True)  # finished: kept, whatever the deadline

@@ -1,7 +1,8 @@
 """partition/enumerate.py: the walk over every split that tightens the bound. bound_input reads the user's
 strings; the linear and V walks give exactly min over splits of max(cheap bound, own bound) when they
-finish (brute force over every split, with a made-up own bound), the incumbent caps them, an expired
-deadline leaves the cheap DP bound, and refined_bound combines them."""
+finish (brute force over every split, with a made-up own bound), also when their tables of suffix bounds
+were cut short at a deadline; the incumbent caps them, an expired deadline leaves the work floor, and
+refined_bound combines them (with an expired deadline: at once, no higher than with time)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from zbsearch.core.ir import Placement, interleaved, linear, vshape
 from zbsearch.core.layers import Layer
 from zbsearch.core.objective import Objective
 from zbsearch.core.profile import Profile
+from zbsearch.search.partition import bounds as bounds_module, enumerate as enumerate_module
 from zbsearch.search.partition.bounds import any_split_bound, split_bound
 from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, linear_rank, v_chunks
 from zbsearch.search.partition.enumerate import bound_input, linear_refined, refined_bound, v_refined
@@ -131,9 +133,11 @@ def test_an_expired_deadline_leaves_a_bound_no_higher_than_the_finished_walks(pl
     walk = linear_refined if placement.name == "linear" else v_refined
     value, visited, complete = walk(data, math.inf, leaf, time.monotonic() - 1.0)
     assert not complete and visited == 0 and leaf.calls == 0  # type: ignore[attr-defined]
-    # The cheap DP over every split: below the finished walk, and no split's cheap bound is lower.
+    # Its table of suffix bounds cut short too: the work floor, below the cheap DP over every split (no
+    # split's cheap bound is lower) and the finished walk.
     least = min(max(_rank_bounds(data, c)) for c in _splits(7, len(placement.routes[0])))
-    assert value == pytest.approx(least) and value <= _brute(data, leaf) + 1e-9
+    floor = data.microbatches * sum(x.F + x.B + x.W for x in data.layers) / placement.num_ranks
+    assert value == pytest.approx(floor) and value <= least + 1e-9 and least <= _brute(data, leaf) + 1e-9
 
 
 @pytest.mark.parametrize("placement", [linear(2), vshape(2)], ids=["linear", "v"])
@@ -157,3 +161,35 @@ def test_refined_bound_on_a_placement_without_a_walk_is_the_cheap_bound() -> Non
     leaf = _made_up(data, 2, (1.0, 1.3))
     assert refined_bound(data, math.inf, leaf, time.monotonic() + LATER) == (any_split_bound(data), 0, False)
     assert leaf.calls == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("placement", [linear(3), vshape(2)], ids=["linear", "v"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_walk_whose_suffix_table_was_cut_short_finishes_at_the_same_bound(monkeypatch: pytest.MonkeyPatch,
+                                                                          placement: Placement, seed: int) -> None:
+    data = _data(7, placement, 20 + seed)
+    leaf = _made_up(data, seed, (1.0, 1.3))
+    walk = linear_refined if placement.name == "linear" else v_refined
+    exact = _brute(data, leaf)
+    for n in range(0, 400, 7):
+        enumerate_module._v_suffix.done.clear()
+        ticks = iter([False] * n)
+        monkeypatch.setattr(enumerate_module, "past", lambda deadline: next(ticks, True))
+        # The table cut after n checks (entries left at the work floor), the walk itself given time.
+        value, _, complete = walk(data, math.inf, leaf, time.monotonic() + LATER)
+        assert complete and value == pytest.approx(exact)
+    enumerate_module._v_suffix.done.clear()
+
+
+@pytest.mark.parametrize("placement", [linear(3), vshape(2)], ids=["linear", "v"])
+def test_refined_bound_past_its_deadline_is_no_higher_than_with_time(placement: Placement) -> None:
+    data = _data(7, placement, 31)
+    leaf = _made_up(data, 31, (1.0, 1.3))
+    bounds_module._least.done.clear()
+    enumerate_module._v_suffix.done.clear()
+    cut, visited, complete = refined_bound(data, math.inf, leaf, time.monotonic() - 1.0)
+    assert not complete and visited == 0 and leaf.calls == 0  # type: ignore[attr-defined]
+    # The cheap DP alone (walk False) stops at the deadline too, and says nothing is proven.
+    assert refined_bound(data, math.inf, leaf, time.monotonic() - 1.0, walk=False) == (cut, 0, False)
+    full, _, complete = refined_bound(data, math.inf, leaf, time.monotonic() + LATER)
+    assert complete and cut <= any_split_bound(data) + 1e-9 and cut <= full + 1e-9

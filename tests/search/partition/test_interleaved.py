@@ -1,7 +1,7 @@
 """partition/bounds.py on the interleaved placement, by brute force over every split of small random
 layer lists: the bound over every split is at most the least split's cheap bound, the two-round DP is
-exactly the least largest head + work, and the ranges a rank's chunks can take are those the splits
-give. (test_search.py checks both bounds against proven optima.)"""
+exactly the least largest head + work, the ranges a rank's chunks can take are those the splits
+give, and the relaxations cut short at a deadline anywhere stay below the finished bound. (test_search.py checks both bounds against proven optima.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from zbsearch.core.ir import interleaved
 from zbsearch.core.layers import Layer
 from zbsearch.search.partition.bounds import any_split_bound, split_bound
-from zbsearch.search.partition.interleaved import _rank_ranges, _two_round_bound, head_and_work
+from zbsearch.search.partition import interleaved as interleaved_module
+from zbsearch.search.partition.interleaved import _rank_ranges, _two_round_bound, head_and_work, interleaved_least
 from zbsearch.search.partition.rank_bound import LayerSums, SplitBoundInput, rank_positions
 
 
@@ -80,3 +81,24 @@ def test_the_bound_is_strictly_above_the_old_floor_on_random_instances() -> None
         assert new >= old
         above += new > old * (1 + 1e-9) and not math.isinf(new)
     assert above >= 20
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_relaxations_cut_short_anywhere_stay_below_the_finished_bound(monkeypatch: pytest.MonkeyPatch,
+                                                                         seed: int) -> None:
+    data = _instance(seed)
+    interleaved_module._finished.done.clear()
+    finished_value, done = interleaved_least(data)
+    assert done
+    for n in range(10_000):
+        interleaved_module._finished.done.clear()
+        ticks = iter([False] * n)
+        monkeypatch.setattr(interleaved_module, "past", lambda deadline: next(ticks, True))
+        value, done = interleaved_least(data, 0.0)
+        assert value <= finished_value * (1 + 1e-9)
+        if done:
+            assert value == pytest.approx(finished_value)
+            break
+    else:
+        pytest.fail("the relaxations never finished")
+    interleaved_module._finished.done.clear()

@@ -18,8 +18,9 @@ from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
 from zbsearch.search.budget import Budget
 from zbsearch.search.options import SearchOptions
+from zbsearch.search.partition import bounds as bounds_module, enumerate as enumerate_module
 from zbsearch.search.partition.search import (NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish,
-    search_splits)
+    any_split_bound_of, search_splits)
 from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound
 from zbsearch.search.partition.enumerate import bound_input, refined_bound
 
@@ -435,3 +436,21 @@ def test_the_heaviest_layer_floor_reads_w_at_its_least(placement):
                for counts in all_splits(4, len(pl.routes[0])))
     assert best < 8 * 3
     assert _bound(request, pl) <= best * (1 + 1e-9)
+
+
+def test_the_bound_over_every_split_past_its_deadline_is_weaker_and_says_so() -> None:
+    """A deadline already past: every placement's bound comes at once, cut short (walk_complete False), no
+    higher than with time; the cheap DP alone (no deadline) stops at the search's deadline."""
+    request = SplitRequest(layered(random_layers(9, 7), m=4), 2, ("linear", "v"), "2p")
+    for cache in (bounds_module._least, enumerate_module._v_suffix):
+        cache.done.clear()
+    past = time.monotonic() - 1.0
+    cut = any_split_bound_of(request, SplitSearch(request, past), math.inf, past)
+    assert all(not how["walk_complete"] and how["splits_bounded"] == 0 for how in cut.by_placement.values())
+    cheap_cut = any_split_bound_of(request, SplitSearch(request, past), math.inf, None)
+    full = any_split_bound_of(request, SplitSearch(request, math.inf), math.inf, time.monotonic() + 60)
+    assert all(how["walk_complete"] for how in full.by_placement.values())
+    for name in request.placements:
+        assert cut.by_placement[name]["bound"] <= full.by_placement[name]["bound"] + 1e-9
+        assert cheap_cut.by_placement[name]["bound"] <= full.by_placement[name]["bound"] + 1e-9
+    assert cut.value <= full.value + 1e-9

@@ -11,29 +11,45 @@ ranks, the least largest head + work (exact for v = 2), and the first and last r
 bounds. DualPipe gets the work bound over ranks, total work / p and the heaviest layer. Every bound is
 also at least total work / p.
 
+Each DP may be given a deadline (the search's share for it). Cut short, it still gives a bound over every
+split: every split passes through one state of each rank the DP finished, at a cost no more than its own,
+so the least cost over the last finished rank's states is at most every split's (and the work floor holds
+regardless); it then names no split.
+
 The rank bound itself is rank_bound.py's.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from .interleaved import interleaved_least
-from .rank_bound import (LayerSums, SplitBoundInput, chunks_bound, linear_rank, one_stage_per_rank, rank_positions,
-    v_chunks)
+from .rank_bound import (DoneCache, LayerSums, SplitBoundInput, chunks_bound, linear_rank, one_stage_per_rank, past,
+    rank_positions, v_chunks)
 
 
-def _linear_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
+class Least(NamedTuple):
+    """What a DP over splits gives: the least max rank bound (or, cut short, a bound below it) and a split
+    that has it (None when cut short, or when no split fits)."""
+
+    value: float
+    split: tuple[int, ...] | None
+
+
+def _linear_dp(data: SplitBoundInput, deadline: float | None = None) -> tuple[Least, bool]:
     """DP over (rank, layers used): the least max rank bound, and a split that has it (among those, a
-    smaller sum of rank bounds first: a tie-break for the seed it gives the search)."""
+    smaller sum of rank bounds first: a tie-break for the seed it gives the search); whether it finished
+    before `deadline` (cut short: the least over the last rank finished, see the module)."""
     s, p = LayerSums(data.layers), data.placement.num_ranks
     n = s.n
     best: list[tuple[float, float]] = [(math.inf, math.inf)] * (n + 1)
     best[0] = (0.0, 0.0)
     parents: list[list[int]] = []
     for r in range(p):
+        if past(deadline):
+            return Least(min(value for value, _ in best), None), False
         nxt, parent = [(math.inf, math.inf)] * (n + 1), [-1] * (n + 1)
         for j in ([n] if r == p - 1 else range(r + 1, n - (p - 1 - r) + 1)):
             for i in range(r, j):
@@ -45,13 +61,13 @@ def _linear_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
         best = nxt
         parents.append(parent)
     if math.isinf(best[n][0]):
-        return math.inf, None
+        return Least(math.inf, None), True
     cuts, j = [n], n
     for parent in reversed(parents):
         j = parent[j]
         cuts.append(j)
     cuts.reverse()
-    return best[n][0], tuple(b - a for a, b in zip(cuts, cuts[1:]))
+    return Least(best[n][0], tuple(b - a for a, b in zip(cuts, cuts[1:]))), True
 
 
 def v_rank(s: LayerSums, data: SplitBoundInput, r: int, outer: tuple[int, int], inner: tuple[int, int]) -> float:
@@ -64,9 +80,10 @@ def v_rank(s: LayerSums, data: SplitBoundInput, r: int, outer: tuple[int, int], 
     return min((v_chunks(s, data, r, [(a, cut), (cut, b)]) for cut in range(a + 1, b)), default=math.inf)
 
 
-def _v_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
+def _v_dp(data: SplitBoundInput, deadline: float | None = None) -> tuple[Least, bool]:
     """DP over the middle range left for ranks r..p-1: the least max rank bound, and a split that has
-    it (ties: a smaller sum of rank bounds)."""
+    it (ties: a smaller sum of rank bounds); whether it finished before `deadline` (cut short: the least
+    over the last rank finished, see the module)."""
     s, p = LayerSums(data.layers), data.placement.num_ranks
     n = s.n
     # best[(a, b)]: (max, sum) over ranks 0..r-1 when layers a..b-1 are left for ranks r..p-1.
@@ -78,6 +95,8 @@ def _v_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
         left = p - 1 - r  # ranks after r, each needing two layers (one per chunk)
         for (a, b), (val, total) in best.items():
             for a2 in range(a + 1, b):
+                if past(deadline):
+                    return Least(min((value for value, _ in best.values()), default=math.inf), None), False
                 for b2 in range(b - 1, a2, -1):
                     if b2 - a2 < 2 * left:
                         break
@@ -89,16 +108,18 @@ def _v_dp(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None]:
                         nxt[(a2, b2)], parent[(a2, b2)] = cand, (a, b)
         best = nxt
         parents.append(parent)
+    if past(deadline):
+        return Least(min((value for value, _ in best.values()), default=math.inf), None), False
     ends = [((max(val, own), total + own), (a, b), cut) for (a, b), (val, total) in best.items()
             for cut in range(a + 1, b) for own in [v_chunks(s, data, p - 1, [(a, cut), (cut, b)])]]
     if not ends or math.isinf(min(ends)[0][0]):
-        return math.inf, None
+        return Least(math.inf, None), True
     (value, _), last, cut = min(ends)
     outer = [last]
     for parent in reversed(parents):
         outer.append(parent[outer[-1]])
     outer.reverse()
-    return value, v_counts(outer, cut, n)
+    return Least(value, v_counts(outer, cut, n)), True
 
 
 def v_counts(outer: Sequence[tuple[int, int]], cut: int, n: int) -> tuple[int, ...]:
@@ -112,33 +133,42 @@ def v_counts(outer: Sequence[tuple[int, int]], cut: int, n: int) -> tuple[int, .
     return tuple(down + up)
 
 
-@functools.lru_cache(maxsize=16)
-def _least(data: SplitBoundInput) -> tuple[float, tuple[int, ...] | None] | None:
-    """The DP of the placement (least max rank bound over every split, and a split that has it); None
-    where no DP covers the placement. Cached: the search's seed and its final bound read the same one."""
+def _placement_dp(data: SplitBoundInput, deadline: float | None) -> tuple[Least | None, bool]:
     if one_stage_per_rank(data.placement):
-        return _linear_dp(data)
-    return _v_dp(data) if data.placement.name == "v" else None
+        return _linear_dp(data, deadline)
+    return _v_dp(data, deadline) if data.placement.name == "v" else (None, True)
 
 
-def least_bound_split(data: SplitBoundInput) -> tuple[int, ...] | None:
+# The DP of the placement (least max rank bound over every split, and a split that has it); None where no DP
+# covers the placement. Kept once finished: the search's seed and its final bound read the same one.
+_least = DoneCache(_placement_dp)
+
+
+def least_bound_split(data: SplitBoundInput, deadline: float | None = None) -> tuple[int, ...] | None:
     """A split whose cheap bound is the least of any (linear and V-shape placements; None otherwise,
-    or when none fits): under a tight cap it weighs the idle memory forces, which time DPs do not."""
-    found = _least(data)
-    return None if found is None else found[1]
+    when none fits, or when the DP did not finish by `deadline`): under a tight cap it weighs the idle
+    memory forces, which time DPs do not."""
+    found, _ = _least(data, deadline)
+    return None if found is None else found.split
 
 
 def any_split_bound(data: SplitBoundInput) -> float:
     """The lower bound on the objective over every split of the layers on the placement (inf when no
     split fits the memory cap)."""
+    return cheap_bound(data, None)[0]
+
+
+def cheap_bound(data: SplitBoundInput, deadline: float | None) -> tuple[float, bool]:
+    """any_split_bound, and whether it finished by `deadline`: cut short, it is still a bound over every
+    split (see the module), only a weaker one."""
     if data.placement.name == "interleaved" and len(data.placement.routes) == 1:
-        return interleaved_least(data)  # its whole-layer floor holds the one below, at W's least
+        return interleaved_least(data, deadline)  # its whole-layer floor holds the one below, at W's least
     p, m = data.placement.num_ranks, data.microbatches
     s = LayerSums(data.layers)
     # The heaviest layer at W's least too: a fused backward may run it in less than F + B + W.
     floor = m * max(s.pre["work"][-1] / p, max(s("work", i, i + 1) for i in range(s.n)))
-    found = _least(data)
-    return floor if found is None else max(floor, found[0])
+    found, finished = _least(data, deadline)
+    return (floor, finished) if found is None else (max(floor, found.value), finished)
 
 
 def split_bound(data: SplitBoundInput, counts: Sequence[int]) -> float:

@@ -6,11 +6,15 @@ The result is min(incumbent, min over visited splits of their bound, min over th
 unvisited of their cheap bound): every split is either visited, or pruned because its cheap bound
 (a valid bound for it) is no better than a split already counted, or left in a subtree whose cheap
 bound is counted. So it stays a lower bound on the best plan of any split, whatever the time budget.
+
+Every step stops at the caller's deadline: the cheap DP (bounds.py, cut short: a weaker bound over every
+split), the V walk's table of least suffix bounds (cut short, an entry not computed is the work floor of its
+ranks, m x their work / their count, which no rank bound is below: the walk then prunes less but counts
+the same) and the walk itself.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import math
@@ -23,8 +27,8 @@ from ...core.memory import byte_cap, p_multiple
 from ...core.objective import Objective
 from ...core.profile import Profile
 from ..budget import BUDGET, Budget
-from .bounds import any_split_bound, v_counts, v_rank
-from .rank_bound import LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, v_chunks
+from .bounds import cheap_bound, v_counts, v_rank
+from .rank_bound import DoneCache, LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, past, v_chunks
 
 LeafBound = Callable[[tuple[int, ...]], float]
 
@@ -43,14 +47,19 @@ class _Walk:
         return False
 
 
-def _linear_suffix(s: LayerSums, data: SplitBoundInput) -> list[list[float]]:
-    """suffix[r][i]: the least max cheap bound of ranks r.. over splits of layers i.. among them."""
+def _linear_suffix(s: LayerSums, data: SplitBoundInput,
+                   deadline: float | None = None) -> list[list[float]]:
+    """suffix[r][i]: the least max cheap bound of ranks r.. over splits of layers i.. among them (cut short
+    at `deadline`, the entries not computed hold their ranks' work floor, as _floored)."""
     p, n = data.placement.num_ranks, s.n
     suffix = [[math.inf] * (n + 1) for _ in range(p + 1)]
     suffix[p][n] = 0.0
     for r in range(p - 1, -1, -1):
         ends = [n] if r == p - 1 else range(r + 1, n - (p - 1 - r) + 1)
         for i in range(r, n - (p - 1 - r)):
+            if past(deadline):
+                suffix[r][i] = data.microbatches * s("work", i, n) / (p - r)
+                continue
             suffix[r][i] = min((max(linear_rank(s, data, r, i, j), suffix[r + 1][j]) for j in ends if j > i),
                                default=math.inf)
     return suffix
@@ -59,7 +68,7 @@ def _linear_suffix(s: LayerSums, data: SplitBoundInput) -> list[list[float]]:
 def linear_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float) -> tuple[float, int, bool]:
     """(bound, splits visited, whether the walk finished) on the one-chunk-per-rank placement."""
     s, p, n = LayerSums(data.layers), data.placement.num_ranks, len(data.layers)
-    suffix = _linear_suffix(s, data)
+    suffix = _linear_suffix(s, data, deadline)
     walk = _Walk(incumbent, deadline)
 
     def visit(r: int, i: int, partial: float, counts: tuple[int, ...]) -> float:
@@ -77,21 +86,45 @@ def linear_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, dea
     return min(incumbent, visit(0, 0, 0.0, ())), walk.leaves, walk.complete
 
 
-@functools.lru_cache(maxsize=4)
-def _v_suffix(data: SplitBoundInput) -> list[dict[tuple[int, int], float]]:
-    """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them.
-    Cached: the walk with the strong split bound reads the table the plain walk built."""
+Suffix = list[dict[tuple[int, int], float]]
+
+
+def _v_suffix_table(data: SplitBoundInput, deadline: float | None) -> tuple[Suffix, bool]:
+    """g[r][(a, b)]: the least max cheap bound of V ranks r.. when layers a..b-1 are left for them; whether
+    it finished by `deadline` (cut short, the entries not computed hold their ranks' work floor)."""
     s = LayerSums(data.layers)
     p, n = data.placement.num_ranks, s.n
-    g: list[dict[tuple[int, int], float]] = [dict() for _ in range(p)]
-    g[p - 1] = {(a, b): v_rank(s, data, p - 1, (a, b), (b, b)) for a in range(n) for b in range(a + 2, n + 1)}
+    g: Suffix = [dict() for _ in range(p)]
+    for a in range(n):
+        if past(deadline):
+            return _floored(s, data, g), False
+        for b in range(a + 2, n + 1):
+            g[p - 1][(a, b)] = v_rank(s, data, p - 1, (a, b), (b, b))
     for r in range(p - 2, -1, -1):
         need = 2 * (p - 1 - r)
         for a in range(n):
             for b in range(a + 2 + need, n + 1):
+                if past(deadline):
+                    return _floored(s, data, g), False
                 g[r][(a, b)] = min((max(v_rank(s, data, r, (a, b), (a2, b2)), g[r + 1][(a2, b2)])
                                     for a2 in range(a + 1, b) for b2 in range(a2 + need, b)), default=math.inf)
+    return g, True
+
+
+def _floored(s: LayerSums, data: SplitBoundInput, g: Suffix) -> Suffix:
+    """`g` with every entry not computed set to m x the work of its layers over its ranks: a rank's bound
+    is at least m x its own work, and one of the ranks holds at least their share."""
+    p, n = data.placement.num_ranks, s.n
+    for r in range(p):
+        need = 0 if r == p - 1 else 2 * (p - 1 - r)
+        for a in range(n):
+            for b in range(a + 2 + need, n + 1):
+                g[r].setdefault((a, b), data.microbatches * s("work", a, b) / (p - r))
     return g
+
+
+# Kept once finished: the walk with the strong split bound reads the table the plain walk built.
+_v_suffix = DoneCache(_v_suffix_table, size=4)
 
 
 def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float,
@@ -104,7 +137,7 @@ def v_refined(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline
     split), a split goes back on the heap at its own bound and gets the strong one only when it comes
     up again: only the splits that could still set the answer pay for it."""
     s, p, n = LayerSums(data.layers), data.placement.num_ranks, len(data.layers)
-    g = _v_suffix(data)
+    g, _ = _v_suffix(data, deadline)
     walk = _Walk(incumbent, deadline)
     order = itertools.count()
     # (bound, tie, rank, outer range left, max over earlier ranks, earlier outer ranges, apex cut,
@@ -149,14 +182,16 @@ def bound_input(profile: Profile, placement: Placement, mem_limit: str | None, o
                            profile.memory_model == "paper", budget)
 
 
-def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound,
-                  deadline: float | None, strong: LeafBound | None = None) -> tuple[float, int, bool]:
+def refined_bound(data: SplitBoundInput, incumbent: float, leaf: LeafBound, deadline: float | None,
+                  strong: LeafBound | None = None, walk: bool = True) -> tuple[float, int, bool]:
     """(bound, splits bounded one by one, whether every split was accounted for exactly): the cheap DP
     bound, tightened by the walk until `deadline` when there is one and it is below the incumbent
     (on the V-shape, `strong` is the dearer bound of a split the walk gives only the splits that come
-    up at their own bound)."""
-    cheap = min(incumbent, any_split_bound(data))
-    if deadline is None or cheap >= incumbent:
+    up at their own bound). With `walk` False the cheap DP alone, stopped at `deadline`. A DP or walk cut
+    short at the deadline leaves a weaker bound over every split, and the third item False."""
+    found, _ = cheap_bound(data, deadline)
+    cheap = min(incumbent, found)
+    if deadline is None or not walk or cheap >= incumbent:
         return cheap, 0, cheap >= incumbent
     p = data.placement
     if one_stage_per_rank(p):

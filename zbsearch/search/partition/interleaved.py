@@ -2,11 +2,11 @@
 over the route, so no dynamic program over splits is small (linear and V-shape have exact ones,
 bounds.py); the bound is the largest of relaxations, each at most the least split's bound: whole layers
 on p ranks, the least largest head + work (exact for v = 2), and the first and last ranks' own least
-bounds (rank_bound.py)."""
+bounds (rank_bound.py). Each may be cut short at a deadline and still be a bound: the bisection keeps
+a T that fails (or the floor), the end ranks count only when every range was tried."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -14,11 +14,16 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ...core.objective import Objective
-from .rank_bound import LayerSums, SplitBoundInput, chunks_bound, crossings_to, rank_positions
+from .rank_bound import DoneCache, LayerSums, SplitBoundInput, chunks_bound, crossings_to, past, rank_positions
 
 
-@functools.lru_cache(maxsize=16)
-def interleaved_least(data: SplitBoundInput) -> float:
+def interleaved_least(data: SplitBoundInput, deadline: float | None = None) -> tuple[float, bool]:
+    """_interleaved_least, and whether it finished by `deadline`. Kept once finished: the search and its
+    final bound read the same one."""
+    return _finished(data, deadline)
+
+
+def _interleaved_least(data: SplitBoundInput, deadline: float | None) -> tuple[float, bool]:
     """A bound over every split of an interleaved placement (no exact DP: a rank's load is v chunks
     spread over the route). The largest of three relaxations, each at most the least split's bound:
 
@@ -27,15 +32,19 @@ def interleaved_least(data: SplitBoundInput) -> float:
       head + m * work, exactly (_two_round_bound), where the layers are few enough;
     - the first and the last rank: the least cheap bound of that rank over every chunk ranges it can
       hold, where there are few enough to try (_end_rank_least).
-    Cached: the search and its final bound read the same one."""
+    Cut short at `deadline`, a relaxation not finished counts for nothing (or, the bisection, what it
+    has proven); the largest of the others still holds."""
     s, p = LayerSums(data.layers), data.placement.num_ranks
     if s.n < data.placement.num_chunks:
-        return 0.0  # no split at all: nothing to bound
+        return 0.0, True  # no split at all: nothing to bound
     floor = data.microbatches * max(s.pre["work"][-1] / p, _heaviest_layers(s, p))
-    bounds = [floor, _end_rank_least(s, data, 0), _end_rank_least(s, data, p - 1)]
+    bounds = [floor, _end_rank_least(s, data, 0, deadline), _end_rank_least(s, data, p - 1, deadline)]
     if data.placement.chunks_per_rank == 2:
-        bounds.append(_two_round_bound(s, data, floor))
-    return max(bounds)
+        bounds.append(_two_round_bound(s, data, floor, deadline))
+    return max(bounds), not past(deadline)
+
+
+_finished = DoneCache(_interleaved_least)
 
 
 def _heaviest_layers(s: LayerSums, p: int) -> float:
@@ -60,7 +69,7 @@ def head_and_work(s: LayerSums, data: SplitBoundInput, counts: Sequence[int]) ->
     return out
 
 
-def _two_round_bound(s: LayerSums, data: SplitBoundInput, floor: float) -> float:
+def _two_round_bound(s: LayerSums, data: SplitBoundInput, floor: float, deadline: float | None = None) -> float:
     """v = 2: the least over every split of head_and_work (0 where the layers are too many for the
     budget), by bisection on T from `floor` (at most that least) with an exact feasibility test.
 
@@ -100,10 +109,10 @@ def _two_round_bound(s: LayerSums, data: SplitBoundInput, floor: float) -> float
 
     even = [n // (2 * p) + (k < n % (2 * p)) for k in range(2 * p)]
     lo, hi = floor, head_and_work(s, data, even)  # the least is at least the floor, at most any split's
-    while hi - lo > 1e-9 * hi:
+    while hi - lo > 1e-9 * hi and not past(deadline):
         t = (lo + hi) / 2
         lo, hi = (lo, t) if feasible(t) else (t, hi)
-    return lo  # the floor or a T that fails: at most the least
+    return lo  # the floor or a T that fails: at most the least (also when cut short at the deadline)
 
 
 def _rank_ranges(n: int, p: int, v: int, r: int) -> Iterator[tuple[tuple[int, int], ...]]:
@@ -123,12 +132,18 @@ def _rank_ranges(n: int, p: int, v: int, r: int) -> Iterator[tuple[tuple[int, in
     return extend(0, 0, ())
 
 
-def _end_rank_least(s: LayerSums, data: SplitBoundInput, r: int) -> float:
+def _end_rank_least(s: LayerSums, data: SplitBoundInput, r: int, deadline: float | None = None) -> float:
     """The least cheap bound of rank r over every chunk ranges it can hold (0 when there are more than
-    the budget's: a bound must not come from part of them)."""
+    the budget's, or when `deadline` passes before every one is tried: a bound must not come from part of
+    them)."""
     p, v = data.placement.num_ranks, data.placement.chunks_per_rank
     choices = list(itertools.islice(_rank_ranges(s.n, p, v, r), data.budget.end_rank_ranges + 1))
     if len(choices) > data.budget.end_rank_ranges:
         return 0.0
     pos = rank_positions(data.placement, r)
-    return min((chunks_bound(s, data, r, ranges, pos) for ranges in choices), default=0.0)
+    least = math.inf
+    for k, ranges in enumerate(choices):
+        if k % 256 == 0 and past(deadline):
+            return 0.0
+        least = min(least, chunks_bound(s, data, r, ranges, pos))
+    return least if choices else 0.0

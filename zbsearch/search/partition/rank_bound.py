@@ -32,14 +32,44 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from ...core.ir import Placement
 from ...core.layers import Layer
 from ...core.objective import Objective
 from ..bounds.analytic import blocks_that_fit, forwards_that_start, most_that_fits
 from ..budget import BUDGET, Budget
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+def past(deadline: float | None) -> bool:
+    """Whether `deadline` (a time.monotonic(); None: none) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+class DoneCache(Generic[K, T]):
+    """The last `size` answers of a computation that may be cut short at a deadline, kept only when it
+    finished: the search's seed and its final bound read the same one, and a later call with more time
+    tries again what an earlier one could not finish. `run(key, deadline)` gives (answer, finished)."""
+
+    def __init__(self, run: Callable[[K, float | None], tuple[T, bool]], size: int = 16) -> None:
+        self.run, self.size = run, size
+        self.done: dict[K, T] = {}
+
+    def __call__(self, key: K, deadline: float | None) -> tuple[T, bool]:
+        if key in self.done:
+            return self.done[key], True
+        answer, finished = self.run(key, deadline)
+        if finished:
+            if len(self.done) >= self.size:
+                del self.done[next(iter(self.done))]
+            self.done[key] = answer
+        return answer, finished
 
 
 @dataclass(frozen=True)

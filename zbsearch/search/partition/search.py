@@ -123,15 +123,16 @@ class SplitSearch:
         return self.deadline - time.monotonic()
 
 
-def seed_splits(request: SplitRequest, placement: Placement,
-                budget: Budget = BUDGET) -> list[tuple[str, tuple[int, ...]]]:
-    """The named candidate splits of one placement (`budget`: the least-bound split's caps)."""
+def seed_splits(request: SplitRequest, placement: Placement, budget: Budget = BUDGET,
+                deadline: float | None = None) -> list[tuple[str, tuple[int, ...]]]:
+    """The named candidate splits of one placement (`budget`: the least-bound split's caps; its DP stops
+    at `deadline`, and then names no split)."""
     layers, k = request.profile.layers or (), route_length(placement)
     balanced = balanced_counts(layers, k)
     out = [("even", even_counts(layers, k)), ("balanced", balanced),
            ("rank-balanced", rank_balanced(layers, balanced, placement))]
     least = least_bound_split(bound_input(request.profile, placement, request.mem_limit, request.objective,
-                                          request.headroom, budget))
+                                          request.headroom, budget), deadline)
     if least is not None:
         out.append(("least-bound", least))
     cap = byte_cap(request.mem_limit, request.profile, request.headroom)
@@ -217,7 +218,7 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
         k = route_length(placement)
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
-        for origin, counts in seed_splits(request, placement, budget):
+        for origin, counts in seed_splits(request, placement, budget, search.deadline):
             # Each seed costs a heuristic run (0.4 s at p=8, m=32): past the search's share of the time,
             # a placement scores only the splits `--partition` names, so that a short time limit is kept
             # (it ran 3x over).
@@ -244,6 +245,8 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
     room = [max(entry.found - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
     for k, entry in enumerate(chosen):
         left = (1 - budget.split_bound_share) * time_limit - (time.monotonic() - t0)
+        if k > 0 and left <= 0:
+            break  # the best is polished whatever the limit, the others only in the time left
         share = left * room[k] / sum(room[k:])
         assert entry.problem is not None
         results.append(solve(entry.problem, options.with_time(share), entry.starts))
@@ -317,17 +320,20 @@ class SplitBound:
 def any_split_bound_of(request: SplitRequest, search: SplitSearch, incumbent: float,
                        deadline: float | None) -> SplitBound:
     """The bound over every split on the request's placements, and how it was reached per placement:
-    the cheap DP alone (deadline None), or tightened split by split until the deadline."""
+    the cheap DP alone (deadline None; it stops at the search's deadline), or tightened split by split
+    until the deadline. A DP or walk cut short leaves a weaker bound, still over every split, and its
+    placement's walk_complete False."""
     out, how = math.inf, {}
+    stop = search.deadline if deadline is None else deadline
     for k, name in enumerate(request.placements):
         placement = parse_placement(name, request.num_ranks)
         data = bound_input(request.profile, placement, request.mem_limit, request.objective, request.headroom,
                            search.budget)
         # An equal share of what is left: a walk that finishes early hands its time to the next.
         left = len(request.placements) - k
-        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) / left
+        end = time.monotonic() + max(0.0, stop - time.monotonic()) / left
         value, visited, complete = refined_bound(data, incumbent, search.leaf_bound(placement), end,
-                                                  search.leaf_bound(placement, chains=True))
+                                                  search.leaf_bound(placement, chains=True), deadline is not None)
         how[name] = {"bound": value, "splits_bounded": visited, "walk_complete": complete}
         out = min(out, value)
     return SplitBound(out, how)
