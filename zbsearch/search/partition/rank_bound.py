@@ -59,16 +59,20 @@ class DoneCache(Generic[K, T]):
 
     def __init__(self, run: Callable[[K, float | None], tuple[T, bool]], size: int = 16) -> None:
         self.run, self.size = run, size
-        self.done: dict[K, T] = {}
+        # By the key's hash, with the key: evicting the oldest then hashes no old key again (a key holds
+        # the layers and a Budget, whose hash reads every field of a budget another search passed).
+        self.done: dict[int, tuple[K, T]] = {}
 
     def __call__(self, key: K, deadline: float | None) -> tuple[T, bool]:
-        if key in self.done:
-            return self.done[key], True
+        digest = hash(key)
+        found = self.done.get(digest)
+        if found is not None and found[0] == key:
+            return found[1], True
         answer, finished = self.run(key, deadline)
         if finished:
             if len(self.done) >= self.size:
                 del self.done[next(iter(self.done))]
-            self.done[key] = answer
+            self.done[digest] = (key, answer)
         return answer, finished
 
 
