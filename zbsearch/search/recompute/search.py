@@ -23,7 +23,8 @@ is returned, so the search is never slower than either joint search. With `per_m
 every scored schedule and every compared plan first keeps the activations of the microbatches that fit
 (search/recompute/microbatches.py). The bound over every split holds for every recompute choice: it is taken
 on the layers at their least time (no recompute) with their least memory (the option holding least from F
-until I, and from I until W), which no choice beats in either, per layer or per microbatch.
+until I, and from I until W), which no choice beats in either, per layer or per microbatch; under a
+limit written as a multiple of p (whose bytes follow the stage as profiled), without a cap.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Sequence
 from ...core.errors import InfeasibleError
 from ...core.ir import Placement
 from ...core.layers import Layer
+from ...core.memory import p_multiple
 from ...core.objective import status_for
 from ...core.partition import groups, route_length
 from ...core.placement import parse_placement
@@ -331,10 +333,17 @@ def _fixed_choices(request: SplitRequest, plain: Levels, per_microbatch: bool, d
 
 
 def _bound_over_choices(request: SplitRequest, incumbent: float, deadline: float, budget: Budget) -> SplitBound:
-    """The bound over every split and every recompute choice (on least_memory's layers); `incumbent`, the
-    objective of a plan found, only prunes the splits searched (any plan's objective may)."""
-    layers = least_memory(request.profile.layers or ())
-    relaxed = replace(request, profile=replace(request.profile, layers=layers))
+    """The bound over every split and every recompute choice (on least_memory's layers under a byte limit,
+    without a cap under an `Np` one); `incumbent`, the objective of a plan found, only prunes the splits
+    searched (any plan's objective may)."""
+    if p_multiple(request.mem_limit) is not None:
+        # An `Np` cap is N x p x a rank's stage as profiled; on least_memory's layers the same words cap
+        # less, and the bound came out above the one without recompute (a plan was called optimal that a
+        # longer search beat). Without a cap, the layers as profiled (each at its least time) bound every
+        # choice too: weaker, but it holds.
+        relaxed = replace(request, mem_limit="none")
+    else:
+        relaxed = replace(request, profile=replace(request.profile, layers=least_memory(request.profile.layers or ())))
     return any_split_bound_of(relaxed, SplitSearch(relaxed, deadline, budget), incumbent, deadline)
 
 
