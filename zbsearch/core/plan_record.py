@@ -31,6 +31,12 @@ Choice = tuple[frozenset[int] | None, ...]
 LEGACY_FIELD = "meta.partition"
 
 
+def choice_recomputes(chosen: Choice | None, chunk: int, microbatch: int) -> bool:
+    """Whether, under the choice `chosen`, the microbatch runs the chunk's recomputed layers with recompute."""
+    entry = None if chosen is None else chosen[chunk]
+    return entry is None or microbatch in entry
+
+
 @dataclass(frozen=True)
 class Split:
     """Per global chunk: layer names, the module paths they cover, and each layer's kind."""
@@ -83,8 +89,7 @@ class PlanRecord:
 
     def recomputes(self, chunk: int, microbatch: int) -> bool:
         """Whether the microbatch runs the chunk's recomputed layers with recompute."""
-        chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
-        return chosen is None or microbatch in chosen
+        return choice_recomputes(self.recompute_microbatches, chunk, microbatch)
 
     def levels_for_every_microbatch(self, microbatches: int) -> tuple[dict[str, str], dict[int, list[int]]]:
         """What a trainer that recomputes a layer for every microbatch (torchtitan, Megatron) runs of the

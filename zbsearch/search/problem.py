@@ -20,7 +20,7 @@ from ..core.memory import (DEFAULT_HEADROOM, MemoryLimit, activation_need, check
                            short_of)
 from ..core.objective import Objective
 from ..core.partition import plan_of
-from ..core.plan_record import Choice, PlanRecord
+from ..core.plan_record import Choice, PlanRecord, choice_recomputes
 from ..core.placement import AUTO_PLACEMENTS, parse_placement
 from ..core.profile import Profile
 from ..core.stage_cost import StageCost
@@ -97,8 +97,7 @@ class Problem:
 
     def recomputes(self, chunk: int, microbatch: int) -> bool:
         """Whether the microbatch runs the chunk's recomputed layers with recompute (recompute_microbatches)."""
-        chosen = None if self.recompute_microbatches is None else self.recompute_microbatches[chunk]
-        return chosen is None or microbatch in chosen
+        return choice_recomputes(self.recompute_microbatches, chunk, microbatch)
 
     def choice_where(self, recomputes: Callable[[int, int], bool]) -> Choice:
         """A recompute_microbatches value: per chunk with recomputed layers, the microbatches for which

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..core.errors import ScheduleError
 from ..core.ir import Action, Kind, Schedule
+from ..core.plan_record import choice_recomputes
 from ..core.profile import Profile
 from ..core.stage_cost import StageCost
 from .rank_state import RankClock, memory_delta, overlap_time
@@ -115,8 +116,8 @@ class PassCosts:
         return len(self.chunks)
 
     def of(self, action: Action) -> StageCost:
-        chosen = None if self.recomputing is None else self.recomputing[action.chunk]
-        return self.chunks[action.chunk].for_microbatch(chosen is None or action.microbatch in chosen)
+        return self.chunks[action.chunk].for_microbatch(choice_recomputes(self.recomputing, action.chunk,
+                                                                          action.microbatch))
 
 
 def pass_cost(costs: PassCosts, action: Action) -> float:

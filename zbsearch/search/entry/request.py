@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.errors import ZbsearchError, about
+from ...core.memory import DEFAULT_HEADROOM
 from ...core.placement import AUTO_PLACEMENTS, PARAM_COPY_PLACEMENTS
 from ...core.planned_profile import as_planned
 from ...core.profile import Profile
@@ -34,7 +35,7 @@ class PlanRequest:
     allow_param_copies: bool = False
     partition: str | None = None
     stages: int | None = None
-    headroom: float = 0.08
+    headroom: float = DEFAULT_HEADROOM
     memory_model: str | None = None
     recompute: str | None = None
     dp_shard: int | None = None
@@ -60,8 +61,7 @@ def planned_profile(profile: Profile, request: PlanRequest) -> Profile:
         raise ZbsearchError(f"sharding {request.sharding} goes with a data-parallel shard degree (dp_shard): give it "
                             "too", subject="sharding")
     sharding = None if request.dp_shard is None else Sharding(request.dp_shard, request.sharding.strip().lower()).check()
-    profile = as_planned(profile, request.memory_model, sharding)
-    return as_planned(profile, levels=_fixed_levels(profile, request.recompute))
+    return as_planned(profile, request.memory_model, sharding, _fixed_levels(profile, request.recompute))
 
 
 def _fixed_levels(profile: Profile, recompute: str | None) -> dict[str, str]:

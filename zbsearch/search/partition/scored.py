@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass
 
 from ...core.ir import Placement
-from ...sim.simulate import Timeline
 from ..problem import Problem
 from ..solve.starts import Start, Starts, better_starts
+from .report import rank_totals
 
 # The splits `--partition` names: every placement's even and balanced seeds are scored and given the
 # better starts whatever the time; the other seeds (rank-balanced, least-bound, memory-capped) while the
@@ -56,13 +56,7 @@ class Scored:
         """The best start's objective and peak: what the polish ranks by."""
         if self.starts is None or self.problem is None:
             return self.key
-        return self.found, peak_of(self.problem, self.starts.start.timeline)
-
-
-def peak_of(problem: Problem, timeline: Timeline) -> float:
-    """The largest rank's static bytes plus peak activations."""
-    return max(timeline.peak_memory(r) + (problem.profile.stages[r].static_bytes or 0.0)
-               for r in range(problem.num_ranks))
+        return self.found, max(rank_totals(self.starts.start.timeline))
 
 
 def give_starts(entry: Scored, lb: float, tune_seconds: float, periodic_seconds: float, seed: int,

@@ -42,7 +42,7 @@ from .bounds import least_bound_split, split_bound
 from .enumerate import bound_input, refined_bound
 from .leaf import RankCache
 from .report import rank_totals, split_facts
-from .scored import NAMED, Scored, give_starts, peak_of
+from .scored import NAMED, Scored, give_starts
 from .candidates import (balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced,
     rank_work, transfers)
 
@@ -114,7 +114,7 @@ class SplitSearch:
         except InfeasibleError as exc:
             self.refused.append(exc)
         else:
-            entry.objective, entry.peak = start.objective, peak_of(problem, start.timeline)
+            entry.objective, entry.peak = start.objective, max(rank_totals(start.timeline))
             entry.problem, entry.start = problem, start
         self.scored[key] = entry
         return entry
