@@ -60,8 +60,9 @@ def tp_shard(shape: Shape, t: int) -> LlamaShape:
         raise bad_input(ProfilerError, f"tensor-parallel degree {t} does not split {shape.heads} heads, {shape.kv} "
                         f"key/value heads and FFN {shape.ffn_size} whole: use one of "
                         f"{', '.join(map(str, fits))}", "tp")
-    shard = replace(shape, heads=shape.heads // t, kv_heads=shape.kv // t, head_dim=shape.dh,
-                    ffn=shape.ffn_size // t, vocab=math.ceil(shape.vocab / t))
+    shard: LlamaShape = replace(shape, heads=shape.heads // t, kv_heads=shape.kv // t, head_dim=shape.dh,
+                                ffn=shape.ffn_size // t, vocab=math.ceil(shape.vocab / t))
     if isinstance(shape, MoeShape):
-        shard = replace(shard, expert_ffn=shape.expert_size // t)
+        shard = replace(shape, heads=shard.heads, kv_heads=shard.kv_heads, head_dim=shard.head_dim, ffn=shard.ffn,
+                        vocab=shard.vocab, expert_ffn=shape.expert_size // t)
     return shard.check()
