@@ -86,6 +86,14 @@ def test_llama3_8b_like_has_the_published_parameter_count() -> None:
     assert "arXiv:2407.21783" in profile.source["shape"] and profile.name == "llama3-8b-h100-estimated"
 
 
+@pytest.mark.parametrize("name, published, citation", [("llama3-70b", 70.6e9, "arXiv:2407.21783"),
+                                                       ("mixtral-8x7b", 46.7e9, "arXiv:2401.04088")])
+def test_the_large_presets_have_their_published_parameter_counts(name: str, published: float, citation: str) -> None:
+    # Mixtral's 46.7B counts all 8 experts in all 32 blocks: a dense-first preset would miss by 5.6B.
+    assert sum(PRESETS[name].shape.layer_params()) == pytest.approx(published, rel=0.002)
+    assert citation in PRESETS[name].citation
+
+
 def test_llama_block_flops_follow_the_paper_convention() -> None:
     shape = PRESETS["llama3-8b"].shape
     block = estimated("llama3-8b").layers[1]

@@ -35,6 +35,25 @@ _PRESETS = (
         "published",
     ),
     Preset(
+        "llama3-70b",
+        LlamaShape(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, seq=8192, micro_batch=1, vocab=128256),
+        "Meta Llama 3 70B (Grattafiori et al., The Llama 3 Herd of Models, arXiv:2407.21783, Table 3; "
+        "meta-llama/Meta-Llama-3-70B config.json): 80 layers, hidden 8192, 64 heads, 8 key/value heads, "
+        "FFN 28672, vocabulary 128256 (128,000 in the paper's table), 70.6B parameters",
+        "sequence 8192, the pre-training context length; RoPE, RMSNorm, SwiGLU, untied output projection as "
+        "published",
+    ),
+    Preset(
+        "mixtral-8x7b",
+        MoeShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, seq=4096, micro_batch=1, vocab=32000,
+                 dense_layers=0, experts=8, top_k=2, expert_ffn=14336, shared_experts=0),
+        "Mixtral 8x7B (Jiang et al., Mixtral of Experts, arXiv:2401.04088, Table 1): 32 layers, dim 4096, "
+        "32 heads of 128, 8 key/value heads, 8 experts of hidden size 14336 with 2 per token in every block, "
+        "vocabulary 32000, 46.7B parameters (12.9B active)",
+        "sequence 4096 (the published context is 32768); sliding-window attention is treated as full causal "
+        "attention; the router is a linear layer with top-2 softmax gating as published",
+    ),
+    Preset(
         "gpt3-2.7b",
         GptShape(layers=32, hidden=2560, heads=32, seq=2048, micro_batch=1, vocab=50257),
         "GPT-3 2.7B (Brown et al., Language Models are Few-Shot Learners, arXiv:2005.14165, Table 2.1): "
