@@ -201,14 +201,6 @@ def test_bad_shapes_are_one_line_errors_naming_the_flag(args: list[str], line: s
     assert lines == [f"error: {line}"]
 
 
-@pytest.mark.parametrize("model", ["llama", "moe", "llama3-8b", "deepseek-v2-lite"])
-def test_measuring_a_llama_or_moe_shape_is_refused_in_one_line(model: str) -> None:
-    result = runner.invoke(app, ["profile", "--model", model, "-p", "2"])
-    assert result.exit_code == 1
-    assert result.stderr.strip() == (f"error: --model {model} is estimated only (measuring on torch covers gpt and "
-                                     "your own PKG.MODULE:FACTORY): add --estimate --gpu a100|h100|h200")
-
-
 @pytest.mark.parametrize("call, fields", [
     (lambda: LlamaShape(heads=6, kv_heads=4).check(), ("heads", "kv_heads")),
     (lambda: MoeShape(top_k=3, experts=2).check(), ("top_k", "experts")),

@@ -23,7 +23,7 @@ from ..profiling.build import profile_estimate, profile_measured
 from ..profiling.distributed import reports_here, torchrun_env
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, Preset, Shape, is_builtin, resolve_shape
-from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP, GptShape,
+from ..profiling.request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DEFAULT_REPEATS, DEFAULT_WARMUP,
     MeasureRequest, PipelineSetup, StageSplit)
 from .console import progress_bar, stdout_console
 from .levers import DevicesOpt, DpShardOpt, ShardingOpt, as_planned, check_job
@@ -41,8 +41,8 @@ ModelOpt = Annotated[str, typer.Option(
     "--model", metavar="gpt|llama|moe|PRESET|PKG.MODULE:FACTORY", rich_help_panel=MODEL_PANEL,
     help="gpt: the built-in GPT-style decoder (shapes below). llama: a Llama-style decoder (RMSNorm, "
          "grouped-query attention, RoPE, SwiGLU, untied head); moe: the same with dense first blocks and "
-         f"mixture-of-experts ones; presets: {', '.join(PRESETS)} (shape flags change them). llama, moe and "
-         "the presets other than gpt3-2.7b are --estimate only: they are not measured on torch. Or your own: a "
+         f"mixture-of-experts ones; presets: {', '.join(PRESETS)} (shape flags change them). Each is measured on "
+         "torch, or estimated with --estimate. Or your own: a "
          "function, importable from the current directory too, returning (layers, sample_input): the ordered "
          "list of nn.Module layers and the first layer's input tensor for one microbatch.",
 )]
@@ -81,6 +81,11 @@ ExpertFfnOpt = Annotated[Optional[int], typer.Option(
 SharedExpertsOpt = Annotated[Optional[int], typer.Option(
     "--shared-experts", metavar="N", rich_help_panel=MODEL_PANEL,
     help="moe: experts every token passes through, of size --expert-ffn. Default 0.")]
+TpOpt = Annotated[int, typer.Option(
+    "--tp", metavar="T", rich_help_panel=MODEL_PANEL,
+    help="llama, moe and their presets: profile one of T tensor-parallel ranks' share of each layer (heads, "
+         "key/value heads, FFN and vocabulary divided by T, as Megatron-LM splits them), measured or estimated "
+         "alone: the tensor-parallel collectives are not in its times. Default 1.")]
 AttentionOpt = Annotated[Optional[str], typer.Option(
     "--attention", metavar="naive|sdpa", rich_help_panel=MODEL_PANEL,
     help="naive keeps the s x s attention probabilities for backward, as the Zero Bubble paper's memory model "
@@ -179,7 +184,7 @@ FLAGS = {
     "expert_ffn": "--expert-ffn", "shared_experts": "--shared-experts", "attention": "--attention", "stages": "-p",
     "layers_per_stage": "--layers-per-stage", "microbatches": "-m", "link_gbps": "--link-gbps",
     "optimizer": "--optimizer", "device": "--device", "dtype": "--dtype", "warmup": "--warmup",
-    "repeats": "--repeats", "threads": "--threads", "gpu": "--gpu", "mfu": "--mfu",
+    "repeats": "--repeats", "threads": "--threads", "gpu": "--gpu", "mfu": "--mfu", "tp": "--tp",
 }
 
 
@@ -271,6 +276,7 @@ def profile(
     top_k: TopKOpt = None,
     expert_ffn: ExpertFfnOpt = None,
     shared_experts: SharedExpertsOpt = None,
+    tp: TpOpt = 1,
     attention: AttentionOpt = None,
     p: StagesOpt = None,
     layers_per_stage: LayersPerStageOpt = None,
@@ -314,16 +320,15 @@ def profile(
     split = StageSplit(stages=p, layers_per_stage=layers_per_stage)
     setup = PipelineSetup(microbatches=m, link_gbps=link_gbps, optimizer=optimizer, torch_stage0=torch_stage0)
     with _naming_flags():
-        shape, preset = _shape(model, given, estimate)
-        attention = attention or ("naive" if model == "gpt" else "sdpa")
+        shape, preset = _shape(model, given)  # attention None: the library's default (naive for gpt, else sdpa)
         if estimate:
             result: Profile | None = _estimate(model, shape, preset, gpu, split, setup, mfu=mfu, dtype=dtype or "bf16",
-                               attention=attention, name=name)
+                                               attention=attention, name=name, tp=tp)
         else:
             request = MeasureRequest(device=device, dtype=dtype, warmup=warmup, repeats=repeats, threads=threads,
                                      interleave=interleave)
             result = _measure(model, split, setup, request, shape=shape, attention=attention, seed=seed, name=name,
-                              calibrate=calibrate)
+                              calibrate=calibrate, tp=tp)
         if result is None:  # a torchrun rank other than 0: it timed the link, rank 0 measures and writes
             return
         result = as_planned(result, dp_shard, sharding, memory_model, devices=devices)  # --memory-model: over the default
@@ -337,7 +342,7 @@ def profile(
     _print_summary(result, output)
 
 
-def _shape(model: str, given: dict[str, Any], estimate: bool) -> tuple[Shape | None, Preset | None]:
+def _shape(model: str, given: dict[str, Any]) -> tuple[Shape | None, Preset | None]:
     """The built-in shape `model` names with the given shape flags, or (None, None) for a factory."""
     if not is_builtin(model):
         if given:
@@ -345,11 +350,7 @@ def _shape(model: str, given: dict[str, Any], estimate: bool) -> tuple[Shape | N
             raise ProfilerError(f"{flags} shape the built-in models; --model {model} builds its own layers "
                                 "(drop those flags or use --model gpt, llama, moe or a preset)")
         return None, None
-    shape, preset = resolve_shape(model, given)
-    if not estimate and not isinstance(shape, GptShape):
-        raise ProfilerError(f"--model {model} is estimated only (measuring on torch covers gpt and your own "
-                            f"PKG.MODULE:FACTORY): add --estimate --gpu {'|'.join(GPUS)}")
-    return shape, preset
+    return resolve_shape(model, given)
 
 
 def _estimate(model: str, shape: Shape | None, preset: Preset | None, gpu: Optional[str], split: StageSplit,
@@ -369,7 +370,7 @@ def _measure(model: str, split: StageSplit, setup: PipelineSetup, request: Measu
         raise ProfilerError("--calibrate runs its own processes: under torchrun, write the profile first, then run "
                             "zbsearch calibrate PROFILE.json -o OUT.json under torchrun")
     with progress_bar("profiling", enabled=reports_here()) as bar:
-        return profile_measured("gpt" if is_builtin(model) else model, split, setup, request, progress=bar, **options)
+        return profile_measured(model, split, setup, request, progress=bar, **options)
 
 
 def _print_summary(result: Profile, output: Optional[Path]) -> None:

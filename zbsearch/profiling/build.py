@@ -15,31 +15,26 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import Any, Sequence, Union
 
 from ..core.calibration import torch_chunk_memory
 from ..core.errors import PartitionError, ProfilerError
 from ..core.profile import Profile, check_microbatches, check_stages
 from ..core.sharding import param_bytes
-from .costs import LayerCost, Layout, apply_layout, decoder_layout, sig9
+from .costs import LayerCost, apply_layout, sig9
 from .estimate import PAPER, estimate_formulas, estimate_layers
 from .distributed import measure_link, torchrun_env
-from .hardware import default_dtype, device_info, gpu_spec, import_torch, measure_link_gbps, resolve_device
+from .hardware import default_dtype, device_info, gpu_spec, import_torch, resolve_device
+from .measured import DECODER_ANCHORS, DEFAULT_LINK, load_model, measured_method, measured_request, resolve_link
 from .partition import check_stage_counts, linear_partition, stage_costs
-from .presets import Preset, is_builtin, resolve_shape
+from .presets import Preset, resolve_shape
 from .request import (DEFAULT_LINK_GBPS, DEFAULT_MFU, DTYPE_BYTES, OPTIMIZERS, GptShape, LlamaShape,
     RUN_THREADS, MeasureRequest, MoeShape, PipelineSetup, Progress, StageSplit, bad_input, check_choice,
     check_factory_spec)
+from .tensor_parallel import tp_details, tp_label, tp_shard, tp_words
 from .transformer import inventory
 
-if TYPE_CHECKING:
-    import torch
-
-    from .models import LayerSpec
-
-GPT_ANCHORS = (1, 1)  # the GPT's embedding stays on the first stage, its head and loss on the last
 Shape = Union[GptShape, LlamaShape, MoeShape]
-DEFAULT_LINK = f"default {DEFAULT_LINK_GBPS} Gb/s"
 
 
 @dataclass(frozen=True)
@@ -223,7 +218,7 @@ def now_utc() -> str:
 def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSplit(),
                      setup: PipelineSetup = PipelineSetup(), *, mfu: float = DEFAULT_MFU, dtype: str = "bf16",
                      attention: str | None = None, name: str | None = None,
-                     preset: Preset | None = None, memory_model: str = "torch-runtime") -> Profile:
+                     preset: Preset | None = None, memory_model: str = "torch-runtime", tp: int = 1) -> Profile:
     """The estimated profile of a GPT, Llama-style or MoE shape on a GPU (a key of hardware.GPUS); no torch.
 
     `shape` is a record (GptShape, LlamaShape, MoeShape) or a preset's name (presets.PRESETS, e.g.
@@ -231,10 +226,13 @@ def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSpli
     `attention` defaults to naive for a GptShape of one's own and to sdpa (fused) otherwise.
     `memory_model`: the accounting plans on it use; by default what torch's runtime holds (each layer
     carries its estimate: everything saved for B plus the gradients I stores for W), since plans run on
-    torch and torchtitan.
+    torch and torchtitan. `tp` > 1: one of `tp` tensor-parallel ranks' share of each layer of a Llama-style
+    or MoE shape (tensor_parallel.tp_shard), its collectives left out, the degree in
+    `details.tensor_parallel`.
     """
     if isinstance(shape, str):
         shape, preset = resolve_shape(shape, {})
+    whole, shape = shape, tp_shard(shape.check(), tp) if tp != 1 else shape
     if attention is None:
         attention = "naive" if isinstance(shape, GptShape) and preset is None else "sdpa"
     costs = estimate_layers(shape, gpu, dtype=dtype, mfu=mfu, attention=attention)
@@ -242,27 +240,28 @@ def profile_estimate(shape: Shape | str, gpu: str, split: StageSplit = StageSpli
     method = (f"estimated from FLOP counts and bytes moved, not measured: matrix work time = FLOPs / "
               f"({spec.peak_tflops[dtype]} TFLOP/s dense {dtype} peak of the {spec.name} * MFU {mfu}); memory-bound "
               f"time = bytes / {spec.memory_bandwidth / 1e12:g} TB/s HBM bandwidth; attention {attention}; "
-              f"{estimate_formulas(shape)}")
+              f"{estimate_formulas(shape)}" + (f"; {tp_words(tp)}" if tp != 1 else ""))
     source: dict[str, Any] = {"kind": "estimated", "method": method,
                               "citation": f"{PAPER}, Table 1 (FLOPs and activation memory) and its conventions",
                               "gpu": spec.name, "peak_source": spec.source, "mfu": mfu, "date": now_utc()}
     model: dict[str, Any] = {**shape.describe(), "attention": attention}
-    changed = {k: v for k, v in asdict(shape).items() if preset and getattr(preset.shape, k) != v}
+    changed = {k: v for k, v in asdict(whole).items() if preset and getattr(preset.shape, k) != v}
     if preset:
         model["preset"] = preset.name
         source["shape"] = f"{preset.name}-like: {preset.citation}; {preset.note}"
         if changed:
             source["shape"] += "; changed here: " + ", ".join(f"{k} {v}" for k, v in changed.items())
     details: dict[str, Any] = {"model": model, "dtype": dtype, "gpu": gpu, "mfu": mfu,
-                               "peak_tflops": spec.peak_tflops[dtype], "memory_bandwidth": spec.memory_bandwidth}
+                               "peak_tflops": spec.peak_tflops[dtype], "memory_bandwidth": spec.memory_bandwidth,
+                               **tp_details(whole, tp)}
     if not isinstance(shape, GptShape):
         details["estimate"] = {"activation_bytes_per_token": inventory(shape, DTYPE_BYTES[dtype], attention)}
-    label = preset.name if preset and not changed else shape.label()
+    label = tp_label(preset.name if preset and not changed else whole.label(), tp)
     provenance = Provenance(
         name=name or f"{label}-{gpu}-estimated", source=source, details=details,
         link_origin="--link-gbps" if setup.link_gbps is not None else DEFAULT_LINK,
         capacity_bytes=spec.memory_bytes)
-    built = build_profile(costs, replace(split, anchored=GPT_ANCHORS), setup, provenance, dtype=dtype)
+    built = build_profile(costs, replace(split, anchored=DECODER_ANCHORS), setup, provenance, dtype=dtype)
     return replace(built, memory_model=memory_model)
 
 
@@ -273,84 +272,27 @@ def profile_gpt_estimate(shape: GptShape, gpu: str, split: StageSplit = StageSpl
     return profile_estimate(shape, gpu, split, setup, mfu=mfu, dtype=dtype, attention=attention, name=name)
 
 
-def _measured_method(request: MeasureRequest, cuda: bool) -> tuple[str, str, str, str]:
-    """(method, timer, order, memory method): how a measured profile's numbers were taken, in words."""
-    timer = "CUDA events" if cuda else "time.perf_counter"
-    order = ("round-robin over all layers, one run of each per round" if request.interleave else
-             "one layer at a time")
-    memory = ("M_B: torch.cuda.memory_allocated delta over F (minus the output, plus the input when saved); "
-              if cuda else
-              "M_B: bytes of the distinct non-parameter tensors saved for backward (saved-tensor hooks); ")
-    memory += ("M_W: bytes of the tensors the weight-gradient step still needs after B (saved inputs of the "
-               "parameter-using autograd nodes plus the output gradients stored for them)")
-    method = (f"zbsearch profile: each layer measured alone on its real input; F forward, B = torch's "
-              f"stage_backward_input (the runtime's I), W = stage_backward_weight (the runtime's W), and the fused "
-              f"backward (stage_backward); {request.warmup} warm-up runs, median of {request.repeats} ({timer}, "
-              f"{order}); {memory}")
-    return method, timer, order, memory
-
-
-def _resolve_link(setup: PipelineSetup, costs: Sequence[LayerCost], cuda: bool,
-                  probed: tuple[float, str] | None = None) -> tuple[PipelineSetup, str]:
-    """The link bandwidth given, else the one probed between torchrun's ranks, else measured between two
-    GPUs, else the default; with its origin."""
-    if setup.link_gbps is not None:
-        return setup, "--link-gbps"
-    if probed is not None:
-        return replace(setup, link_gbps=probed[0]), probed[1]
-    biggest = max(c.out_bytes for c in costs)
-    measured = measure_link_gbps(biggest) if cuda else None
-    if measured is not None:
-        return replace(setup, link_gbps=measured), f"measured cuda:0 -> cuda:1 copy of {biggest} bytes"
-    return replace(setup, link_gbps=DEFAULT_LINK_GBPS), DEFAULT_LINK
-
-
-@dataclass(frozen=True)
-class _Model:
-    specs: list[LayerSpec]
-    sample: torch.Tensor  # the first layer's input
-    anchored: tuple[int, int]
-    info: dict[str, Any]
-    label: str  # the start of the profile's default name
-    layout: Layout  # kind and modules of the named layers
-
-
-def _load_model(model: str, shape: GptShape | None, attention: str, seed: int) -> _Model:
-    """The built-in GPT or a factory's layers, ready to measure."""
-    torch = import_torch()
-    # defers torch (import_torch above says how to install it)
-    from .models import describe_tensor, gpt_layers, load_factory
-
-    if model == "gpt":
-        shape = (shape or GptShape()).check()
-        specs, sample = gpt_layers(shape, attention, seed)
-        return _Model(specs, sample, GPT_ANCHORS, {**shape.describe(), "attention": attention}, shape.label(),
-                      decoder_layout(shape.layers, positions=True))
-    torch.manual_seed(seed)
-    specs, sample = load_factory(model)
-    info = {"model": model, "layers": len(specs), "sample_input": describe_tensor(sample)}
-    return _Model(specs, sample, (0, 0), info, model, [])
-
-
 def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup: PipelineSetup = PipelineSetup(),
-                     request: MeasureRequest = MeasureRequest(), *, shape: GptShape | None = None,
-                     attention: str = "naive", seed: int = 0, name: str | None = None,
+                     request: MeasureRequest = MeasureRequest(), *, shape: Shape | None = None,
+                     attention: str | None = None, tp: int = 1, seed: int = 0, name: str | None = None,
                      progress: Progress | None = None, memory_model: str = "torch-runtime") -> Profile | None:
-    """Measure the built-in GPT (`model="gpt"`) or a user's `package.module:factory` and build its profile.
+    """Measure a built-in model (`model` gpt, llama, moe or a preset's name; `shape` its record when the
+    defaults are changed) or a user's `package.module:factory` on torch, and build its profile.
 
-    `split.anchored` is set by the model (the GPT's embedding and head stay on the end stages).
-    `memory_model`: the accounting plans on it use; by default what torch's runtime holds, which the
-    profile measures (core/calibration.py), since a measured profile's schedules run on torch.
+    `attention` defaults to naive for a GPT shape of one's own and to sdpa (fused) otherwise, as for
+    estimates. `tp` > 1: one of `tp` tensor-parallel ranks' share of each layer of a Llama-style or MoE
+    shape (tensor_parallel.tp_shard), its collectives left out; the profile records the degree in
+    `details.tensor_parallel`. `split.anchored` is set by the model (a built-in decoder's embedding and
+    head stay on the end stages). `memory_model`: the accounting plans on it use; by default what torch's
+    runtime holds, which the profile measures (core/calibration.py), since its schedules run on torch.
 
     Under torchrun (profiling/distributed.py) every process calls this: ranks 0 and 1 time the link
     between them (unless `setup.link_gbps` is given), then rank 0 measures the layers on its device
     (cuda:LOCAL_RANK on a GPU) and returns the profile; the other ranks return None.
     """
-    if model != "gpt" and is_builtin(model):
-        raise bad_input(ProfilerError, f"model {model} is estimated only: measuring on torch covers the built-in gpt "
-                        f"and your own package.module:factory; estimate {model} from its FLOP counts instead", "model")
-    if model != "gpt":
-        check_factory_spec(model)
+    asked = measured_request(model, shape, tp)
+    if attention is None:
+        attention = "naive" if isinstance(asked.shape, GptShape) and asked.preset is None else "sdpa"
     import_torch()
     # defers torch (import_torch above says how to install it)
     from .measure import measure_layers
@@ -370,7 +312,7 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     if split.stages is not None:
         check_stages(split.stages)
     setup.check()
-    loaded = _load_model(model, shape, attention, seed)
+    loaded = load_model(asked, attention, seed, dev)
     split = replace(split, anchored=loaded.anchored)
     check_split(len(loaded.specs), split)
     costs = measure_layers(loaded.specs, loaded.sample, replace(request, device=str(dev)), progress)
@@ -379,14 +321,15 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
     cuda = dev.type == "cuda"
     if not cuda:
         info["threads"] = request.threads if request.threads is not None else info["threads"]
-    setup, origin = _resolve_link(setup, costs, cuda, probed)
-    method, timer, order, memory = _measured_method(request, cuda)
+    setup, origin = resolve_link(setup, costs, cuda, probed)
+    method, timer, order, memory = measured_method(request, cuda, asked.tp)
     device_name = info["name"]
     if not cuda:
         device_name += f", {info['threads']} torch thread{'s' if info['threads'] != 1 else ''}"
     source = {"kind": "measured", "device": device_name, "date": now_utc(), "method": method,
               "torch": info["torch"], "cuda": info["cuda"], "dtype": request.dtype}
-    details = {"model": loaded.info, "dtype": request.dtype, "device": str(dev), "environment": info,
+    details = {"model": loaded.info, **asked.details(attention), "dtype": request.dtype, "device": str(dev),
+               "environment": info,
                "timing": {"warmup": request.warmup, "repeats": request.repeats, "statistic": "median",
                           "timer": timer, "order": order},
                "memory_method": memory,
@@ -394,6 +337,6 @@ def profile_measured(model: str = "gpt", split: StageSplit = StageSplit(), setup
                                      "them it holds about mem_W_torch_runtime per layer (see each layer's details), "
                                      "more than mem_W"}
     dev_tag = "cuda" if cuda else "cpu"
-    provenance = Provenance(name=name or f"{loaded.label}-{request.dtype}-{dev_tag}", source=source, details=details,
+    provenance = Provenance(name=name or f"{asked.label()}-{request.dtype}-{dev_tag}", source=source, details=details,
                             link_origin=origin, capacity_bytes=info.get("capacity_bytes"))
     return replace(build_profile(costs, split, setup, provenance, dtype=dtype), memory_model=memory_model)

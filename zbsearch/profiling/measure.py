@@ -208,6 +208,9 @@ def _finish(run: LayerRun) -> LayerCost:
     extra = {"module": type(run.mod).__name__, **{k: v for k, v in run.memory.items() if k not in ("mem_B", "mem_W")}}
     if run.recompute:
         extra["recompute"] = run.recompute
+    kernel = getattr(run.mod, "attention_kernel", None)  # decoder_models.DecoderBlock's: which sdpa kernel ran
+    if isinstance(kernel, str):
+        extra["attention_kernel"] = kernel
     return LayerCost(
         name=run.name, F=med["F"], B=med["B"], W=med["W"], full_backward=med["full_backward"],
         mem_B=run.memory["mem_B"], mem_W=run.memory["mem_W"], params=sum(prm.numel() for prm in run.mod.parameters()),

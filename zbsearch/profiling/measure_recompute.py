@@ -1,6 +1,7 @@
 """Measure a layer's recompute options on torch, with the recompute-once wrapper the run executes
 (recompute_once.py): `full` (only the layer's input kept) on every layer whose input takes a gradient,
-and `selective` (the attention core) on the built-in GPT's blocks with naive attention.
+and `selective` (the attention core) on the built-in decoders' blocks (the GPT's, decoder_models') with naive
+attention.
 
 Per option, as core/recompute/options.py defines them: `mem_B`, the bytes held from F until I (the kept inputs
 plus, for selective, what the rest of the layer saves); `mem_W`, the bytes held from I until W under

@@ -1,4 +1,5 @@
-"""The models the profiler measures: the built-in GPT, or a user's `package.module:factory`.
+"""The models the profiler measures: the built-in GPT, or a user's `package.module:factory` (the
+Llama-style and MoE decoders are decoder_models.py's).
 
 Either way a model is an ordered list of `LayerSpec`s, (name, build the nn.Module), plus a sample
 input for the first layer: one microbatch. Layers are built when their turn comes, so a model larger
@@ -93,11 +94,14 @@ def _given(module: nn.Module) -> Callable[[], nn.Module]:
     return lambda: module
 
 
-def _seeded(seed: int, make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
-    """`make`, building its weights from `seed` whenever it is called."""
+def seeded(seed: int, make: Callable[[], nn.Module], device: torch.device | None = None) -> Callable[[], nn.Module]:
+    """`make`, building its weights from `seed` whenever it is called (on `device` when given)."""
     def build() -> nn.Module:
         torch.manual_seed(seed)
-        return make()
+        if device is None:
+            return make()
+        with device:
+            return make()
     return build
 
 
@@ -113,11 +117,11 @@ def gpt_layers(shape: GptShape, attention: str = "naive", seed: int = 0) -> tupl
     ids = torch.randint(shape.vocab, (shape.micro_batch, shape.seq), generator=gen)
     targets = torch.randint(shape.vocab, (shape.micro_batch, shape.seq), generator=gen)
     names = [name for name, _, _ in decoder_layout(shape.layers, positions=True)]
-    specs: list[LayerSpec] = [(names[0], _seeded(seed, lambda: Embedding(shape.vocab, shape.hidden, shape.seq)))]
+    specs: list[LayerSpec] = [(names[0], seeded(seed, lambda: Embedding(shape.vocab, shape.hidden, shape.seq)))]
     for i in range(shape.layers):
         specs.append((names[i + 1],
-                      _seeded(seed + i + 1, lambda: Block(shape.hidden, shape.heads, shape.seq, attention))))
-    specs.append((names[-1], _seeded(seed + shape.layers + 1, lambda: Head(shape.vocab, shape.hidden, targets))))
+                      seeded(seed + i + 1, lambda: Block(shape.hidden, shape.heads, shape.seq, attention))))
+    specs.append((names[-1], seeded(seed + shape.layers + 1, lambda: Head(shape.vocab, shape.hidden, targets))))
     return specs, ids
 
 

@@ -12,8 +12,8 @@ those of the nodes it runs; the nodes only I runs keep theirs until the graph go
 recompute). So I rebuilds them, W reuses them, and the layer holds its input from F until I and its
 rebuilt activations from I until W, as the profile's `full` option says (core/recompute/options.py).
 
-`full` wraps a whole layer (`RecomputeOnce`); `selective` wraps the attention core of the built-in GPT's
-block (models.Block.attend) with the same mechanism. A `Switch` per chunk says whether the forward running
+`full` wraps a whole layer (`RecomputeOnce`); `selective` wraps the attention core of a built-in decoder's
+block (models.Block.attend, decoder_models.DecoderBlock.attend) with the same mechanism. A `Switch` per chunk says whether the forward running
 now recomputes, so a run can recompute some microbatches and not others. Autocast is not recorded: the
 recompute runs under the autocast state of the backward (runs here convert the model to its dtype instead).
 Importing this module needs torch.
@@ -189,6 +189,6 @@ def wrap(layer: nn.Module, name: str, level: str, switch: Switch, frames: Frames
         raise RunError(f"recompute level {level!r} of layer {name} is not known: use one of {', '.join(LEVELS)}")
     if not hasattr(layer, "attend") or getattr(layer, "attention", "naive") != "naive":
         raise RunError(f"layer {name} ({type(layer).__name__}) has no unfused attention core to recompute at "
-                       "selective (only the built-in GPT's blocks with naive attention have one): use full")
+                       "selective (only the built-in decoders' blocks with naive attention have one): use full")
     recompute_core(layer, name, switch, frames)
     return layer

@@ -52,7 +52,7 @@ def tp_shard(shape: Shape, t: int) -> LlamaShape:
         raise bad_input(ProfilerError, f"tensor-parallel degree {t!r}: give a whole number >= 1", "tp")
     if isinstance(shape, GptShape):
         raise bad_input(ProfilerError, "tensor parallelism is modelled for llama and moe shapes, not gpt: use "
-                        "--model llama (or a preset)", "tp")
+                        "the llama or moe model (or a preset of theirs)", "tp")
     if t == 1:
         return shape
     fits = tp_degrees(shape, max(t, 64))
@@ -66,3 +66,22 @@ def tp_shard(shape: Shape, t: int) -> LlamaShape:
         shard = replace(shape, heads=shard.heads, kv_heads=shard.kv_heads, head_dim=shard.head_dim, ffn=shard.ffn,
                         vocab=shard.vocab, expert_ffn=shape.expert_size // t)
     return shard.check()
+
+
+def tp_words(t: int) -> str:
+    """What a profile of one rank's share says about its numbers (its source.method ends with it)."""
+    return (f"tensor parallelism: one of {t} tensor-parallel ranks' share of each layer (heads, key/value heads, "
+            f"FFN and vocabulary divided by {t}, the hidden size whole), computed alone on one device; the "
+            "tensor-parallel collectives that join the ranks (each block's all-reduces, or reduce-scatters and "
+            "all-gathers, and the vocabulary-parallel embedding's and loss's) are NOT in these times or memory")
+
+
+def tp_label(label: str, t: int) -> str:
+    """A profile's default name for one of t ranks' share: llama3-8b-tp2 (t = 1: the label as it is)."""
+    return label if t == 1 else f"{label}-tp{t}"
+
+
+def tp_details(whole: Shape, t: int) -> dict[str, object]:
+    """What a profile of one of t ranks' share records beside its model (the share): the degree and the
+    whole model; nothing for t = 1, so that profiles without tensor parallelism stay as they were."""
+    return {} if t == 1 else {"tensor_parallel": t, "whole_model": whole.describe()}
