@@ -100,6 +100,13 @@ main() {
     export PYTHONPATH=$PWD:$PYDEPS${PYTHONPATH:+:$PYTHONPATH}
     environment || echo "!! the environment check failed (see above); measuring all the same"
     measure_and_estimate
+    if [[ $NAME == llama3-8b ]]; then  # one 70B block's share at t = 8 (torchtitan's 70B run), 4 blocks only
+        echo "== llama3-70b t=8: measure 4 blocks (limit 90 s) $(date -u +%T)"
+        timeout 90 "$PY" -m zbsearch profile --model llama3-70b --layers 4 --tp 8 -p 2 "${MEASURE[@]}" \
+            -o "$PROFILES/llama3-70b-4l-tp8-measured.json" || echo "!! the 70B share failed or ran out of time"
+        "$PY" -m zbsearch profile --model llama3-70b --layers 4 --tp 8 -p 2 "${ESTIMATE[@]}" \
+            -o "$PROFILES/llama3-70b-4l-tp8-estimated.json" >/dev/null || echo "!! the 70B estimate failed"
+    fi
     "$PY" bench/predicted_vs_measured.py --profiles "$PROFILES" --name "$NAME" --out "$OUT/h200_llama3_8b" ||
         echo "!! the comparison was not written"
     tar -czf "$OUT/profiles.tgz" -C "$PROFILES" . && ls -l "$PROFILES" "$OUT"
