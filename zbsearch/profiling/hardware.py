@@ -89,7 +89,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     torch = import_torch()
     text = (name or "auto").strip().lower()
     if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        text = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(text)
     except RuntimeError:
@@ -100,7 +100,8 @@ def resolve_device(name: str = "auto") -> torch.device:
                         "measure on the cpu", "device")
     if dev.type not in ("cpu", "cuda"):
         raise bad_input(ProfilerError, f"device {name!r}: the profiler times cpu and cuda devices only", "device")
-    return dev
+    # torch.cuda.set_device and the allocator's statistics want an index: plain "cuda" is the current GPU.
+    return torch.device("cuda", torch.cuda.current_device()) if dev.type == "cuda" and dev.index is None else dev
 
 
 def default_dtype(device: torch.device) -> str:
