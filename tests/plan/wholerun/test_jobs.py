@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from wholerun_fakes import crash, nap, square, square_even
+from wholerun_fakes import crash, die, nap, square, square_even
 
 from zbsearch.core.errors import DependencyError, PlanError
 from zbsearch.plan.wholerun import jobs
@@ -44,6 +44,15 @@ def test_abort_stops_jobs_in_flight():
     start = time.monotonic()
     runner.close(abort=True)
     assert time.monotonic() - start < 10
+
+
+def test_a_lost_worker_is_one_line():
+    runner = open_runner(1)
+    try:
+        with pytest.raises(PlanError, match="^a worker process ended abruptly .* run again with it to go on$"):
+            list(run_jobs(runner, [(0, (die, (3,)))], 1))
+    finally:
+        runner.close(abort=True)
 
 
 def test_worker_count_below_one_is_refused():

@@ -16,6 +16,7 @@ import multiprocessing
 import re
 import socket
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -110,7 +111,12 @@ class PoolRunner:
         done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
         # Of several ended together, the least key first: the order a caller sees then depends less on timing.
         future = min(done, key=lambda f: self.futures[f])
-        return _unpack(self.futures.pop(future), future.result())
+        key = self.futures.pop(future)
+        try:
+            return _unpack(key, future.result())
+        except BrokenProcessPool:
+            raise PlanError("a worker process ended abruptly (killed, or out of memory) while jobs ran: the shapes "
+                            "finished so far are in the results file; run again with it to go on") from None
 
     def close(self, abort: bool) -> None:
         if abort:
