@@ -114,3 +114,16 @@ def nap(seconds: float) -> float:
 
 def die(code: int) -> int:
     os._exit(code)  # a worker killed in the middle of a job
+
+
+def tiny_cpsat(n: int) -> int:
+    """The largest x <= n, found by CP-SAT on two threads: a job that runs OR-Tools' threads in a worker."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    x = model.NewIntVar(0, n, "x")
+    model.Maximize(x)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.Solve(model)
+    return int(solver.Value(x))

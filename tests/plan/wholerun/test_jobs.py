@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from wholerun_fakes import crash, die, nap, square, square_even
+from wholerun_fakes import crash, die, nap, square, square_even, tiny_cpsat
 
 from zbsearch.core.errors import DependencyError, PlanError
 from zbsearch.plan.wholerun import jobs
@@ -24,6 +24,16 @@ def test_pool_yields_every_result_and_failures_in_one_line():
     assert sorted(done, key=lambda d: d.key) == [
         Done(0, 0), Done(1, None, "odd number 1: give an even one"), Done(2, 4),
         Done(3, None, "odd number 3: give an even one"), Done(4, 16), Done(5, None, "odd number 5: give an even one")]
+
+
+def test_cpsat_runs_in_the_workers_of_a_process_that_ran_it():
+    assert tiny_cpsat(3) == 3  # CP-SAT's threads started here first: a forked child could inherit a held lock
+    runner = open_runner(2)
+    try:
+        assert sorted(d.value for d in run_jobs(runner, [(k, (tiny_cpsat, (k,))) for k in range(4)], 2)) == \
+            [0, 1, 2, 3]
+    finally:
+        runner.close(abort=False)
 
 
 def test_any_other_exception_is_a_bug_and_propagates():
