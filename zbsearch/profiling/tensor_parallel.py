@@ -52,7 +52,7 @@ def tp_shard(shape: Shape, t: int) -> LlamaShape:
         raise bad_input(ProfilerError, f"tensor-parallel degree {t!r}: give a whole number >= 1", "tp")
     if isinstance(shape, GptShape):
         raise bad_input(ProfilerError, "tensor parallelism is modelled for llama and moe shapes, not gpt: use "
-                        "--model llama (or a preset)", "tp")
+                        "a llama or moe shape (or a preset)", "tp")
     if t == 1:
         return shape
     fits = tp_degrees(shape, max(t, 64))
