@@ -16,8 +16,8 @@ NO_BANDWIDTH_COST = Link("ideal", 1e12, 7.0, "test", efficiency=1.0)  # time is 
 
 
 @pytest.mark.parametrize("op", [all_reduce, all_gather, reduce_scatter, all_to_all])
-def test_one_gpu_costs_nothing(op) -> None:
-    assert op(1e9, 1, NDR400) == 0.0
+def test_one_gpu_or_no_bytes_cost_nothing(op) -> None:
+    assert op(1e9, 1, NDR400) == 0.0 and op(0.0, 8, NDR400) == 0.0
 
 
 @pytest.mark.parametrize("n", [2, 4, 8, 64])

@@ -12,7 +12,8 @@ link's bandwidth here is a bus bandwidth. An all-to-all moves (n - 1)/n of each 
 it keeps stays), in n - 1 pairwise steps. A point-to-point message is one step: latency + bytes / bandwidth.
 
 `nbytes` is the whole tensor: the gathered output of an all-gather, the input of a reduce-scatter or
-all-reduce, the send buffer of an all-to-all. One GPU (n = 1) costs nothing. Times in microseconds.
+all-reduce, the send buffer of an all-to-all. One GPU (n = 1) or no bytes cost nothing (no collective is
+issued). Times in microseconds.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _steps_and_volume(n: int, nbytes: float, factor: float, what: str) -> tuple[
 
 
 def _time(link: Link, steps: int, volume: float) -> float:
-    return steps * link.latency_us + volume / link.bytes_per_us if steps else 0.0
+    """Nothing to move (one GPU, or no bytes) is no collective at all."""
+    return steps * link.latency_us + volume / link.bytes_per_us if steps and volume else 0.0
 
 
 def all_reduce(nbytes: float, n: int, link: Link) -> float:
@@ -71,4 +73,4 @@ def all_to_all(nbytes: float, n: int, link: Link) -> float:
 def point_to_point(nbytes: float, link: Link) -> float:
     """One message: the link's latency + nbytes / its bandwidth."""
     _, volume = _steps_and_volume(2, nbytes, 2.0, "message")  # (2 - 1)/2 x 2: the bytes themselves
-    return link.latency_us + volume / link.bytes_per_us
+    return _time(link, 1, volume)
