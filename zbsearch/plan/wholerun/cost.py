@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ...core.errors import PlanError, about
-from ...core.memory import DEFAULT_HEADROOM
-from ...core.partition import layers_by_stage, summed
+from ...core.memory import DEFAULT_HEADROOM, byte_cap
+from ...core.partition import layers_by_stage, route_length, summed
+from ...core.placement import AUTO_PLACEMENTS, parse_placement
 from ...core.profile import Profile
 from ...core.sharding import param_bytes
 from ...profiling.build import profile_estimate
@@ -40,11 +41,12 @@ from .workload import Workload
 @dataclass(frozen=True)
 class PlanChoices:
     """What the joint search is asked besides the shape (search.entry.PlanRequest's fields): by default the
-    search chooses placement, split and recompute (per layer, every microbatch alike: what torchtitan and
-    Megatron-LM run). `mem_limit` auto: the GPU's capacity less `headroom` (the allocator's and NCCL's
-    buffers), static bytes and activations together."""
+    search chooses placement (among those the layers fill), split and recompute (per layer, every microbatch
+    alike: what torchtitan and Megatron-LM run). `mem_limit` None: the GPU's capacity less `headroom` (the
+    allocator's and NCCL's buffers) as a byte count, which caps static bytes and activations together on
+    every split (`auto` would first check the static bytes of the profiler's own split)."""
 
-    mem_limit: str = "auto"
+    mem_limit: str | None = None
     placement: str = "auto"
     partition: str = "auto"
     recompute: str = "auto-layers"
@@ -65,14 +67,10 @@ class ShapeCosts:
     params: tuple[LayerParams, ...]
     data_parallel: DataParallel
     capacity_bytes: float
+    usable_bytes: float  # what a plan may fill: the limit as a byte count
     flops_per_step: float
     peak_flops_per_us: float
     tokens_per_step: int
-
-    @property
-    def usable_bytes(self) -> float:
-        """The GPU's capacity less the request's headroom: what a plan may fill."""
-        return self.capacity_bytes * (1 - self.request.headroom)
 
     def traffic(self, names: Iterable[str]) -> RankTraffic:
         """The data-parallel terms of a rank holding the named layers (a layer named twice, as on a
@@ -126,14 +124,27 @@ def shape_costs(workload: Workload, cluster: Cluster, shape: RunShape, choices: 
     hops = hop_times(shape, share, workload.dtype, cluster)
     profile = _restaged(estimated, layers, hops, cluster.capacity)
     profile = _described(profile, workload, cluster, shape, dp)
-    request = PlanRequest(choices.mem_limit, placement=choices.placement, partition=choices.partition,
-                          stages=shape.p, recompute=choices.recompute, headroom=choices.headroom,
-                          allow_param_copies=choices.allow_param_copies)
+    usable = cluster.capacity * (1 - choices.headroom)
+    limit = choices.mem_limit if choices.mem_limit is not None else f"{math.floor(usable)}"
+    with about("mem_limit"):
+        usable = byte_cap(limit, profile, choices.headroom) or usable
+    request = PlanRequest(limit, placement=_placement(choices.placement, len(layers), shape.p),
+                          partition=choices.partition, stages=shape.p, recompute=choices.recompute,
+                          headroom=choices.headroom, allow_param_copies=choices.allow_param_copies)
     flops = sum(sum(cost.extra["flops"][k] for k in ("F", "B", "W"))
                 for cost in estimate_layers(model, cluster.gpu, dtype=workload.dtype, mfu=workload.mfu,
                                             attention=workload.attention))
-    return ShapeCosts(shape, profile, request, params, dp, cluster.capacity, flops * shape.m * shape.d,
+    return ShapeCosts(shape, profile, request, params, dp, cluster.capacity, usable, flops * shape.m * shape.d,
                       spec.peak_tflops[workload.dtype] * 1e6, workload.tokens_per_step)
+
+
+def _placement(given: str, layers: int, p: int) -> str:
+    """`given`, or for auto the one automatic placement whose chunks the layers fill where only one does
+    (the V-shape needs two layers per rank; find_plan would refuse the shape for it)."""
+    if given.strip().lower() != "auto" or p == 1:
+        return given
+    fits = [name for name in AUTO_PLACEMENTS if route_length(parse_placement(name, p)) <= layers]
+    return fits[0] if len(fits) == 1 else given
 
 
 def _restaged(profile: Profile, layers: tuple, hops: tuple[float, ...], capacity: float) -> Profile:
