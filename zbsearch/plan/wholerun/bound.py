@@ -17,6 +17,7 @@ from ...core.placement import parse_placement
 from ...core.profile import Profile
 from ...core.recompute.levels import held_from_f
 from ...profiling.partition import linear_partition
+from ...search.budget import BUDGET, Budget
 from ...search.entry.request import SEARCHED_RECOMPUTE, planned_profile
 from ...search.partition.bounds import cheap_bound
 from ...search.partition.enumerate import bound_input
@@ -39,16 +40,17 @@ def placements(costs: ShapeCosts) -> tuple[str, ...]:
     return costs.request.auto_placements if given == "auto" else (given,)
 
 
-def pipeline_bound(costs: ShapeCosts, seconds: float) -> float:
+def pipeline_bound(costs: ShapeCosts, seconds: float, budget: Budget = BUDGET) -> float:
     """The bound over every split of the shape's pipeline (see the module), in microseconds; at most about
-    `seconds` spent (each placement's DP gets an equal share of what is left, and stops there)."""
+    `seconds` spent (each placement's DP gets an equal share of what is left, and stops there); `budget`
+    caps the interleaved relaxations' enumerations, as the search's."""
     profile, request, p = bound_profile(costs), costs.request, costs.shape.p
     deadline = time.monotonic() + seconds
     names = placements(costs)
     best = math.inf
     for k, name in enumerate(names):
         placement = parse_placement(name, p)
-        data = bound_input(profile, placement, request.mem_limit, request.objective, request.headroom)
+        data = bound_input(profile, placement, request.mem_limit, request.objective, request.headroom, budget)
         share = time.monotonic() + max(0.0, deadline - time.monotonic()) / (len(names) - k)
         value, _ = cheap_bound(data, share)
         best = min(best, value)

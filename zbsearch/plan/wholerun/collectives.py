@@ -30,9 +30,9 @@ CITATION = ("ring collectives: Thakur, Rabenseifner and Gropp, IJHPCA 2005, sect
 def _steps_and_volume(n: int, nbytes: float, factor: float, what: str) -> tuple[int, float]:
     """(n - 1, factor x (n - 1)/n x nbytes), checked: n a whole number of GPUs, bytes not negative."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise PlanError(f"{what} over {n!r} GPUs: give a whole number of GPUs >= 1", subject="gpus")
+        raise PlanError(f"{what} over {n!r} GPUs: give a whole number of GPUs >= 1")
     if not (math.isfinite(nbytes) and nbytes >= 0):
-        raise PlanError(f"{what} of {nbytes!r} bytes: give a non-negative size", subject="bytes")
+        raise PlanError(f"{what} of {nbytes!r} bytes: give a non-negative size")
     return n - 1, factor * (n - 1) / n * nbytes
 
 

@@ -50,7 +50,7 @@ def bound_shape(workload: Workload, cluster: Cluster, shape: RunShape, options: 
     """A lower bound on the step of every plan of `shape` (step.step_bound on bound.pipeline_bound, in at most
     about `seconds`), or why the shape is refused: it does not split so, or even its best split cannot hold
     its static bytes and one microbatch (`least_bytes`: what that split needs per GPU). Without pipelining
-    (p = 1) the bound is the step itself. `options` is taken for the search's settings (unused by the bound)."""
+    (p = 1) the bound is the step itself. `options.budget` caps the bound's enumerations as the search's."""
     t0 = time.monotonic()
     try:
         costs = shape_costs(workload, cluster, shape, choices)
@@ -64,7 +64,7 @@ def bound_shape(workload: Workload, cluster: Cluster, shape: RunShape, options: 
         return ShapeBound(shape, step, one.makespan_us, tokens_per_s_per_gpu(costs, step),
                           seconds=time.monotonic() - t0)
     try:
-        pipe = pipeline_bound(costs, seconds)
+        pipe = pipeline_bound(costs, seconds, options.budget)
     except (InfeasibleError, MemoryLimitError):  # no room on some rank: as no split fitting
         pipe = math.inf
     if math.isinf(pipe):

@@ -98,7 +98,7 @@ def rank_layers(schedule: Schedule) -> list[list[str]]:
     split = schedule.plan.split
     if split is None:
         raise PlanError(f"schedule {schedule.name!r} records no split of the layers: plan it on a profile that "
-                        "lists its layers", subject="plan")
+                        "lists its layers")
     out: list[list[str]] = [[] for _ in range(schedule.num_ranks)]
     for chunk, names in enumerate(split.chunks):
         out[schedule.placement.chunk_to_rank[chunk]].extend(names)
@@ -134,9 +134,10 @@ def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
     - makespan >= max(pipeline_bound, m x (F + B + W of every layer) / p): the p ranks run every pass of
       the m microbatches one at a time, each pass at least as profiled (recompute only adds time; a fused
       backward counts at its own time where shorter), so some rank is busy at least the average.
-    - exposed start >= the start gather of the first layer alone: rank 0 holds the first layer on every
-      placement (every route starts there) and starts at time 0, so it pays its whole gather, and a
-      collective's time grows with its bytes.
+    - exposed start >= the start gather of the first layer alone: some pass starts at time 0, and only a
+      forward of a route's first chunk waits for nothing, so a rank holding the first layer starts at 0
+      and pays its whole gather, which moves at least that layer's bytes (a collective's time grows with
+      its bytes).
     - exposed end >= the least final sync of any one layer: the rank whose last pass ends at the makespan
       has no idle tail and pays its whole final sync, which moves at least the bytes of one of its layers.
     - optimizer >= the larger of its total over the model / p (the ranks together update every parameter,
