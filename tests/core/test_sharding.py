@@ -31,7 +31,7 @@ def llama():
 
 
 @pytest.mark.parametrize("how, keep, gathered", [("zero1", 2 + 2 + 12 / 8, 0.0), ("zero2", 2 + 14 / 8, 0.0),
-                                                 ("fsdp", 16 / 8, 4.0)])
+                                                 ("fsdp", 16 / 8, 4.0), ("fsdp-whole-grads", 2 + 14 / 8, 2.0)])
 def test_bytes_per_parameter_follow_zero(how, keep, gathered) -> None:
     parts = param_bytes(2, "adam")
     assert (parts.weights, parts.grads, parts.master, parts.state) == (2, 2, 4, 8)

@@ -42,9 +42,10 @@ DevicesOpt = Annotated[Optional[int], typer.Option(
          "context and replicated data parallelism take the rest). Default: not checked.",
 )]
 ShardingOpt = Annotated[str, typer.Option(
-    "--sharding", metavar="fsdp|zero1|zero2", rich_help_panel=PROBLEM_PANEL,
+    "--sharding", metavar="fsdp|zero1|zero2|fsdp-whole-grads", rich_help_panel=PROBLEM_PANEL,
     help="With --dp-shard: fsdp (ZeRO-3: parameters, gradients and optimizer state; torchtitan's default), zero1 "
-         "(optimizer state) or zero2 (optimizer state and gradients).",
+         "(optimizer state), zero2 (optimizer state and gradients) or fsdp-whole-grads (parameters and optimizer "
+         "state, gradients whole until the step's sync, as torch's pipelining stage accumulates them).",
 )]
 
 

@@ -13,8 +13,15 @@ none: 0), an unsharded rank holds w + w + master + state bytes (16 with bf16 and
   (`gather_bytes`) on top of its shards; this assumes each layer is resharded once it has computed
   (FSDP's reshard after forward), and counts one buffer per chunk, so a rank of a V-shape counts two,
   one more than it holds at once. FSDP's prefetch of the next layer's weights is not counted.
+- fsdp-whole-grads (FSDP as torch's pipelining stage runs it with weights resharded after every
+  forward and backward): weights, master and state / N, gradients whole: the stage turns gradient sync
+  off for every microbatch's backward but the last (torch/distributed/pipelining/stage.py,
+  `backward_maybe_with_nosync`: `set_requires_gradient_sync(False)`), so they accumulate unsharded
+  until the step's one reduce-scatter. A layer gathers its whole weights while it computes (w bytes per
+  parameter; its gradient is whole already).
 
-So with bf16 and Adam a parameter costs 2 + 2 + 12/N (zero1), 2 + 14/N (zero2), 16/N (fsdp) bytes.
+So with bf16 and Adam a parameter costs 2 + 2 + 12/N (zero1), 2 + 14/N (zero2), 16/N (fsdp) and
+2 + 14/N (fsdp-whole-grads, plus the gathered layer) bytes.
 The same numbers for ZeRO: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
 Parameter Models", SC 2020 (its Figure 1: 2 + 2 + K, K = 12 for mixed-precision Adam).
 """
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 from .errors import ProfileError
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes of a weight (and an activation element) by dtype
-SHARDINGS = ("fsdp", "zero1", "zero2")
+SHARDINGS = ("fsdp", "zero1", "zero2", "fsdp-whole-grads")
 OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 4, "none": 0}
 MAX_DEGREE = 1 << 20
 
@@ -97,7 +104,8 @@ class Sharding:
                                f"to {MAX_DEGREE}", subject="dp_shard")
         if self.how not in SHARDINGS:
             raise ProfileError(f"sharding {self.how!r} is not known: use fsdp (ZeRO-3, torchtitan's default), zero1 "
-                               "(optimizer state) or zero2 (optimizer state and gradients)", subject="sharding")
+                               "(optimizer state), zero2 (optimizer state and gradients) or fsdp-whole-grads (weights "
+                               "and optimizer state; gradients whole until the step's sync)", subject="sharding")
         return self
 
     def per_param(self, parts: ParamBytes) -> float:
@@ -108,13 +116,20 @@ class Sharding:
             return parts.weights + parts.grads + optimizer / n
         if self.how == "zero2":
             return parts.weights + (parts.grads + optimizer) / n
+        if self.how == "fsdp-whole-grads":
+            return parts.grads + (parts.weights + optimizer) / n
         return parts.total / n
 
     def gathered_per_param(self, parts: ParamBytes) -> float:
-        """Bytes per parameter a layer gathers while it computes (fsdp only; 0 unsharded)."""
-        return float(parts.weights + parts.grads) if self.how == "fsdp" and self.degree > 1 else 0.0
+        """Bytes per parameter a layer gathers while it computes (the fsdp kinds; 0 unsharded): its weights,
+        and under fsdp its gradient before the reduce-scatter too."""
+        if self.degree == 1 or self.how not in ("fsdp", "fsdp-whole-grads"):
+            return 0.0
+        return float(parts.weights + (parts.grads if self.how == "fsdp" else 0))
 
     def describe(self) -> str:
         what = {"fsdp": "FSDP / ZeRO-3: parameters, gradients and optimizer state", "zero1": "ZeRO-1: optimizer state",
-                "zero2": "ZeRO-2: optimizer state and gradients"}[self.how]
+                "zero2": "ZeRO-2: optimizer state and gradients",
+                "fsdp-whole-grads": "FSDP with gradients whole until the step's sync: parameters and optimizer "
+                                    "state"}[self.how]
         return f"sharded over {self.degree} data-parallel ranks ({what})"

@@ -1,0 +1,154 @@
+"""A training step's time: the pipeline's makespan and what data parallelism and the optimizer add to it.
+
+Overlap rules (docs/whole-run.md), per pipeline rank r of a plan, from the simulated timeline:
+
+- start: the weights' gather that r's first forward needs (fsdp: at the step's start; zero1, zero2: after
+  the previous step's optimizer) overlaps r's wait for its first input, `first_start(r)`; what exceeds it,
+  max(0, start_r - first_start(r)), is exposed. Rank 0 starts at once, so it pays its whole gather.
+- end: r's gradient sync starts after its last pass, and after the syncs it has running since its first
+  gradient (zero2's per-microbatch reduce-scatters, one link, one at a time), and overlaps the rank's
+  idle tail to the makespan: exposed max(0, max(last_end(r), first_gradient(r) + mid_r) + final_r - makespan).
+- the optimizer step runs on every rank at once after the syncs: the slowest rank's.
+
+step = makespan + max_r exposed start + max_r exposed end + max_r optimizer. Times in microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from ...core.errors import PlanError
+from ...core.ir import Kind, Schedule
+from ...core.planned_profile import for_plan
+from ...sim.simulate import Timeline, simulate
+from .cost import ShapeCosts
+from .data_parallel import RankTraffic
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One pipeline rank's figures for the step (microseconds): when its first pass starts, its first
+    gradient is ready and its last pass ends; its data-parallel terms and what of them is exposed."""
+
+    rank: int
+    first_start_us: float
+    first_gradient_us: float
+    last_end_us: float
+    traffic: RankTraffic
+    exposed_start_us: float
+    exposed_end_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["traffic"] = self.traffic.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RankStep":
+        return cls(**{**data, "traffic": RankTraffic(**data["traffic"])})
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step's time and its terms (microseconds; `step_seconds` in seconds)."""
+
+    makespan_us: float
+    exposed_start_us: float
+    exposed_end_us: float
+    optimizer_us: float
+    ranks: tuple[RankStep, ...]
+
+    @property
+    def step_us(self) -> float:
+        return self.makespan_us + self.exposed_start_us + self.exposed_end_us + self.optimizer_us
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step_us / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_us": self.step_us, "makespan_us": self.makespan_us, "exposed_start_us": self.exposed_start_us,
+                "exposed_end_us": self.exposed_end_us, "optimizer_us": self.optimizer_us,
+                "ranks": [r.to_dict() for r in self.ranks]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StepTime":
+        return cls(data["makespan_us"], data["exposed_start_us"], data["exposed_end_us"], data["optimizer_us"],
+                   tuple(RankStep.from_dict(r) for r in data["ranks"]))
+
+
+def rank_step(rank: int, first_start: float, first_gradient: float, last_end: float, makespan: float,
+              traffic: RankTraffic) -> RankStep:
+    """A rank's exposed start and end under the overlap rules (see the module)."""
+    end = max(last_end, first_gradient + traffic.mid) + traffic.final
+    return RankStep(rank, first_start, first_gradient, last_end, traffic, max(0.0, traffic.start - first_start),
+                    max(0.0, end - makespan))
+
+
+def combined(makespan: float, ranks: Sequence[RankStep]) -> StepTime:
+    """The step from its ranks: the makespan plus the largest exposed start, exposed end and optimizer."""
+    return StepTime(makespan, max(r.exposed_start_us for r in ranks), max(r.exposed_end_us for r in ranks),
+                    max(r.traffic.optimizer for r in ranks), tuple(ranks))
+
+
+def rank_layers(schedule: Schedule) -> list[list[str]]:
+    """The layer names each rank holds under the plan's split (a rank with two model copies lists both)."""
+    split = schedule.plan.split
+    if split is None:
+        raise PlanError(f"schedule {schedule.name!r} records no split of the layers: plan it on a profile that "
+                        "lists its layers")
+    out: list[list[str]] = [[] for _ in range(schedule.num_ranks)]
+    for chunk, names in enumerate(split.chunks):
+        out[schedule.placement.chunk_to_rank[chunk]].extend(names)
+    return out
+
+
+def first_gradient(timeline: Timeline, rank: int) -> float:
+    """When the rank's first weight gradient is complete (the end of its first W or fused backward)."""
+    return min((s.end for s in timeline.slots[rank] for a in s.action.passes() if a.kind in (Kind.W, Kind.FULL_B)),
+               default=timeline.last_end(rank))
+
+
+def step_time(costs: ShapeCosts, schedule: Schedule) -> StepTime:
+    """The step of `schedule` (a plan `find_plan` made on `costs.profile` with `costs.request`): its timeline
+    on the profile as planned (core.planned_profile.for_plan) and the overlap rules (see the module)."""
+    return timeline_step(costs, schedule, simulate(schedule, for_plan(costs.profile, schedule)))
+
+
+def timeline_step(costs: ShapeCosts, schedule: Schedule, timeline: Timeline) -> StepTime:
+    """step_time on the schedule's timeline, simulated already."""
+    makespan = timeline.makespan
+    ranks = [rank_step(r, timeline.first_start(r), first_gradient(timeline, r), timeline.last_end(r), makespan,
+                       costs.traffic(names)) for r, names in enumerate(rank_layers(schedule))]
+    return combined(makespan, ranks)
+
+
+def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
+    """A lower bound on the step of every plan of the shape (every split, placement, schedule and recompute
+    choice), under this cost model; `pipeline_bound` bounds the makespan of every such plan (the joint
+    search's bound over every split and recompute choice). The step is a sum of four terms, so the sum of
+    lower bounds on each is one:
+
+    - makespan >= max(pipeline_bound, m x (F + B + W of every layer) / p): the p ranks run every pass of
+      the m microbatches one at a time, each pass at least as profiled (recompute only adds time; a fused
+      backward counts at its own time where shorter), so some rank is busy at least the average.
+    - exposed start >= the start gather of the first layer alone: some pass starts at time 0, and only a
+      forward of a route's first chunk waits for nothing, so a rank holding the first layer starts at 0
+      and pays its whole gather, which moves at least that layer's bytes (a collective's time grows with
+      its bytes).
+    - exposed end >= the least final sync of any one layer: the rank whose last pass ends at the makespan
+      has no idle tail and pays its whole final sync, which moves at least the bytes of one of its layers.
+    - optimizer >= the larger of its total over the model / p (the ranks together update every parameter,
+      and the slowest rank takes at least the average) and its time on the heaviest layer (some rank
+      holds it).
+    """
+    layers = costs.profile.layers or ()
+    if not layers or math.isinf(pipeline_bound):
+        return math.inf
+    p, m = costs.shape.p, costs.shape.m
+    work = math.fsum(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    each = [costs.traffic([layer.name]) for layer in layers]
+    optimizer = max(math.fsum(x.optimizer for x in each) / p, max(x.optimizer for x in each))
+    return max(pipeline_bound, m * work / p) + each[0].start + min(x.final for x in each) + optimizer
