@@ -349,6 +349,7 @@ from .interop import register; register(app)  # noqa: E402,E702
 from .run import register; register(app)  # noqa: E402,E702
 from .fidelity import register; register(app)  # noqa: E402,E702
 from .report import register; register(app)  # noqa: E402,E702
+from .configure import register; register(app)  # noqa: E402,E702
 
 
 def main() -> None:

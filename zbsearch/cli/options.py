@@ -280,6 +280,12 @@ SUBJECT_FLAGS = {
     "figures": "--figures", "global_batch": "--global-batch", "dp": "--dp", "micro_batch": "--micro-batch",
     "target_bubble": "--target-bubble", "torchtitan": "--torchtitan", "nproc": "--nproc", "backend": "--backend",
     "device": "--device", "model": "--model", "steps": "--steps", "warmup": "--warmup", "timeout": "--timeout",
+    # zbsearch configure (whole-run planning); its `workers` are the pool's, spelled --jobs there
+    "gpu": "--gpu", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "intra_gbps": "--intra-gbps",
+    "inter_gbps": "--inter-gbps", "link_efficiency": "--link-efficiency", "gpu_memory": "--gpu-memory", "mfu": "--mfu",
+    "tp": "--tp", "pp": "--pp", "ep": "--ep", "current": "--current", "shape": "--current", "fixed": "--current",
+    "results": "--results", "ray_address": "--ray", "workers": "--workers", "min_share": "--time-limit",
+    "output": "-o", "dtype": "--dtype", "optimizer": "--optimizer",
 }
 
 

@@ -55,7 +55,7 @@ def test_the_chosen_plan_is_the_least_step_over_every_shape(reference):
     assert sorted(listed) == sorted(bounded)
     # Pruning is sound: no pruned shape could have beaten (or tied ahead of) the chosen plan.
     assert reference.pruned and all(p.bound >= chosen.step for p in reference.pruned)
-    assert all(p.reason == f"bound {p.bound:g} >= plan {chosen.step:g} of {chosen.shape.label()}"
+    assert all(p.reason == f"bound {p.bound / 1e6:.4g} s >= plan {chosen.step / 1e6:.4g} s of {chosen.shape.label()}"
                for p in reference.pruned)
     assert all(fake_cheap_bound(r.shape) <= chosen.step for r in reference.ranked)
 

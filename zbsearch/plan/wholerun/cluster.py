@@ -116,16 +116,21 @@ def make_cluster(gpu: str, gpus: int, gpus_per_node: int = 8, *, intra_gbps: flo
         raise PlanError(f"GPU {gpu!r} has no datasheet entry: use one of {', '.join(GPUS)}", subject="gpu")
     intra, inter = DEFAULT_LINKS[kind]
     if intra_gbps is not None:
-        intra = replace(intra, name="link inside a node", gbytes_per_s=_gbytes(intra_gbps),
+        intra = replace(intra, name="link inside a node",
+                        gbytes_per_s=_gbytes(intra_gbps, "intra_gbps", "link inside a node"),
                         source=f"given: {intra_gbps} Gb/s each way per GPU")
     if inter_gbps is not None:
-        inter = replace(inter, name="link between nodes", gbytes_per_s=_gbytes(inter_gbps),
+        inter = replace(inter, name="link between nodes",
+                        gbytes_per_s=_gbytes(inter_gbps, "inter_gbps", "link between nodes"),
                         source=f"given: {inter_gbps} Gb/s each way per GPU")
     if efficiency is not None:
         intra, inter = replace(intra, efficiency=efficiency), replace(inter, efficiency=efficiency)
     return Cluster(kind, gpus, gpus_per_node, intra, inter, memory_bytes).check()
 
 
-def _gbytes(gbps: float) -> float:
-    """Gb/s as GB/s; a non-number passes through for `Link.check` to name."""
-    return gbps / 8 if isinstance(gbps, (int, float)) and not isinstance(gbps, bool) else gbps
+def _gbytes(gbps: float, field: str, what: str) -> float:
+    """Gb/s as GB/s, once it is a positive finite number (checked here, in the unit the user wrote)."""
+    if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
+        raise PlanError(f"{what} bandwidth {gbps!r} Gb/s is not a positive number: give a positive finite number of "
+                        "Gb/s each way per GPU, e.g. 400", subject=field)
+    return gbps / 8

@@ -108,9 +108,9 @@ def shape_costs(workload: Workload, cluster: Cluster, shape: RunShape, choices: 
     """
     check_shape(workload, cluster, shape)
     model = workload.at_micro_batch(shape.b)
-    with about("t"):
+    with about("tp"):
         share = tp_shard(model, shape.t)
-    with about("p"):
+    with about("pp"):
         estimated = profile_estimate(share, cluster.gpu, StageSplit(stages=shape.p),
                                      PipelineSetup(microbatches=shape.m, optimizer=workload.optimizer),
                                      mfu=workload.mfu, dtype=workload.dtype, attention=workload.attention,

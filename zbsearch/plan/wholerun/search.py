@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, TypeVar, cast
 
@@ -57,7 +58,15 @@ class ShapeJobs(Generic[BoundT, ResultT]):
     load_result: Callable[[dict[str, Any]], ResultT]
 
     def names(self) -> list[str]:
-        return [f"{fn.__module__}.{fn.__qualname__}" for fn in (self.bound, self.evaluate)]
+        """The two functions by name, with what a partial binds (plan choices change the results)."""
+        return [_name(fn) for fn in (self.bound, self.evaluate)]
+
+
+def _name(fn: Callable[..., object]) -> str:
+    if isinstance(fn, partial):
+        bound = ", ".join(f"{k}={v!r}" for k, v in sorted(fn.keywords.items()))
+        return f"{_name(fn.func)}({bound})"
+    return f"{fn.__module__}.{fn.__qualname__}"
 
 
 @dataclass(frozen=True)
@@ -311,7 +320,7 @@ def _outcome(run: _Run[BoundT, ResultT]) -> Outcome[ResultT]:
     solved = [run.store.results[s] for s in keep if s in run.store.results]
     ranked = sorted((r for r in solved if not isinstance(r, Failed)), key=lambda r: (r.step, run.order[r.shape]))
     pruned = [] if best is None else [
-        Pruned(s, run.bound_of(s) or 0.0, f"bound {run.bound_of(s):g} >= plan {best[0]:g} of {best[2].label()}")
+        Pruned(s, run.bound_of(s) or 0.0, f"bound {(run.bound_of(s) or 0.0) / 1e6:.4g} s >= plan {best[0] / 1e6:.4g} s of {best[2].label()}")
         for s in run.candidates if s not in keep]
     certificate: Certificate | None = None
     if best is not None:

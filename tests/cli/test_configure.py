@@ -1,0 +1,100 @@
+"""`zbsearch configure` through typer's CliRunner: the ranked table, the certificate, the chosen plan's file,
+the results file reused on a rerun, and bad input as one line naming the flag."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsearch.cli.app import app
+from zbsearch.core.ir import Schedule
+from zbsearch.core.planned_profile import for_plan
+from zbsearch.plan.wholerun.cluster import make_cluster
+from zbsearch.plan.wholerun.cost import shape_costs
+from zbsearch.plan.wholerun.shape import RunShape
+from zbsearch.plan.wholerun.workload import Workload
+from zbsearch.profiling.request import LlamaShape
+from zbsearch.sim.validate import check
+
+runner = CliRunner()
+TINY = ["--model", "llama", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "128", "--vocab", "1024",
+        "--global-batch", "8", "--gpus", "4", "--gpus-per-node", "4", "--micro-batch", "1,2", "--time-limit", "0.5"]
+
+
+def invoke(*args: object):
+    return runner.invoke(app, ["configure", *[str(a) for a in args]], env={"COLUMNS": "300"})
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_configure_chooses_the_fastest_shape_certifies_it_and_reuses_its_results(tmp_path: Path) -> None:
+    results, plan = tmp_path / "shapes.jsonl", tmp_path / "plan.json"
+    first = invoke(*TINY, "--results", results, "-o", plan, "--json")
+    assert first.exit_code == 0, first.stderr
+    table = json.loads(first.stdout)
+    chosen, ranked = table["chosen"], table["ranked"]
+    steps = [r["timing"]["step_us"] for r in ranked]
+    assert chosen["timing"]["step_us"] == min(steps) and steps == sorted(steps)
+    assert all(p["bound"] >= chosen["timing"]["step_us"] for p in table["pruned"])
+    cert = table["certificate"]
+    assert 0 <= cert["gap"] and math.isclose(cert["step"] / cert["bound"] - 1, cert["gap"])
+    assert cert["bound"] <= chosen["timing"]["step_us"]
+    # the plan file is the chosen shape's schedule, valid on that shape's own profile
+    shape = RunShape.from_dict(chosen["shape"])
+    workload = Workload(LlamaShape(layers=4, hidden=256, heads=4, seq=128, vocab=1024), 8)
+    schedule = Schedule.load(plan)
+    profile = shape_costs(workload, make_cluster("h100", 4, 4), shape).profile
+    assert schedule.num_ranks == shape.p and check(schedule, for_plan(profile, schedule)).ok
+    lines = results.read_text().splitlines()
+    again = invoke(*TINY, "--results", results, "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout) == table
+    assert results.read_text().splitlines() == lines  # nothing solved again
+
+
+def test_configure_prints_the_table_the_users_configuration_and_the_certificate() -> None:
+    result = invoke(*TINY, "--current", "tp2 pp2 ddp b1")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "shapes solved, fastest first" in out and "chosen: tp" in out
+    assert "your configuration tp2 pp2 dp1 ddp b1 m8" in out or "now" in out
+    assert "certificate: under this cost model no shape in the space" in out
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--gpus", "12", "--gpus-per-node", "8"], "--gpus"),
+    (["--inter-gbps", "-3"], "--inter-gbps"),
+    (["--link-efficiency", "1.5"], "--link-efficiency"),
+    (["--current", "tp3 pp2"], "--current"),
+    (["--current", "tp1 pp2 shiny"], "--current"),
+    (["--gpu-memory", "lots"], "--gpu-memory"),
+    (["--sharding", "zero9"], "--sharding"),
+    (["--mfu", "1.5"], "--mfu"),
+    (["--global-batch", "3", "--micro-batch", "2"], "--micro-batch"),
+    (["--tp", "3"], "--tp"),
+])
+def test_bad_input_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
+    message = one_line_error(invoke(*TINY, *args))
+    assert flag in message
+
+
+def test_a_results_file_of_other_arguments_is_refused(tmp_path: Path) -> None:
+    results = tmp_path / "shapes.jsonl"
+    assert invoke(*TINY, "--pp", "1", "--results", results).exit_code == 0
+    before = results.read_text()
+    message = one_line_error(invoke(*TINY, "--pp", "2", "--results", results))
+    assert "--results" in message and "other arguments" in message
+    assert results.read_text() == before
+
+
+def test_a_gpt_model_is_refused_with_the_models_that_work() -> None:
+    message = one_line_error(invoke("--model", "gpt3-2.7b", "--global-batch", "8", "--gpus", "8"))
+    assert "--model llama" in message
