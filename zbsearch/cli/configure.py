@@ -100,6 +100,10 @@ RayOpt = Annotated[Optional[str], typer.Option(
 ResultsOpt = Annotated[Optional[Path], typer.Option(
     "--results", metavar="FILE.jsonl", rich_help_panel=SEARCH_PANEL,
     help="Append each finished shape here; a rerun with the same arguments reuses them.")]
+MeasuredOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--measured", metavar="PROFILE.json", rich_help_panel=MODEL_PANEL,
+    help="A profile measured on the cluster's GPU kind (zbsearch profile --tp T --micro-batch b on a GPU); a shape "
+         "whose share it measured uses its layer costs instead of the estimate. Repeat for several.")]
 TopOpt = Annotated[int, typer.Option(
     "--top", metavar="N", rich_help_panel=OUTPUT_PANEL, min=1, help="Rows of the ranked table.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option(
@@ -134,12 +138,13 @@ def parse_current(text: str, workload: Workload, gpus: int) -> RunShape:
     return RunShape(t, p, d, b, m, values.get("sharding", "fsdp" if d > 1 else "ddp"), values["ep"])
 
 
-def _workload(model: str, given: dict[str, Any], global_batch: int, mfu: float) -> Workload:
+def _workload(model: str, given: dict[str, Any], global_batch: int, mfu: float,
+              measured: tuple[str, ...] = ()) -> Workload:
     shape, preset = resolve_shape(model, {k: v for k, v in given.items() if v is not None})
     if isinstance(shape, GptShape):
         raise PlanError("whole-run planning models llama and moe shapes (tensor parallelism splits their heads): use "
                         "--model llama, moe or a preset such as llama3-8b", subject="model")
-    return Workload(shape, global_batch, mfu=mfu, preset=preset.name if preset else None).check()
+    return Workload(shape, global_batch, mfu=mfu, preset=preset.name if preset else None, measured=measured).check()
 
 
 def _space(tp: Optional[IntList], pp: Optional[IntList], micro_batch: Optional[IntList], sharding: Optional[str],
@@ -170,6 +175,7 @@ def configure_command(
     ffn: FfnOpt = None, head_dim: HeadDimOpt = None, seq: SeqOpt = None, vocab: VocabOpt = None,
     dense_layers: DenseLayersOpt = None, experts: ExpertsOpt = None, top_k: TopKOpt = None,
     expert_ffn: ExpertFfnOpt = None, shared_experts: SharedExpertsOpt = None, mfu: MfuOpt = DEFAULT_RUN_MFU,
+    measured: MeasuredOpt = None,
     intra_gbps: IntraOpt = None, inter_gbps: InterOpt = None, link_efficiency: EfficiencyOpt = None,
     gpu_memory: GpuMemoryOpt = None, tp: TpOpt = None, pp: PpOpt = None, micro_batch: MicroBatchOpt = None,
     sharding: ShardingListOpt = None, ep: EpOpt = None, current: CurrentOpt = None, placement: PlacementOpt = "auto",
@@ -198,7 +204,7 @@ def configure_command(
              "head_dim": head_dim, "seq": seq, "vocab": vocab, "dense_layers": dense_layers, "experts": experts,
              "top_k": top_k, "expert_ffn": expert_ffn, "shared_experts": shared_experts}
     with flags_for(FLAGS):
-        workload = _workload(model, given, global_batch, mfu)
+        workload = _workload(model, given, global_batch, mfu, tuple(str(p) for p in measured or ()))
         cluster = make_cluster(gpu, gpus, gpus_per_node, intra_gbps=intra_gbps, inter_gbps=inter_gbps,
                                efficiency=link_efficiency, memory_bytes=_gpu_memory(gpu_memory))
         space = _space(tp, pp, micro_batch, sharding, ep)

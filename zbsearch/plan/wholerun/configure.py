@@ -7,7 +7,10 @@ is a thin layer over it.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 from ...search.options import SearchOptions
 from .cluster import Cluster
@@ -46,4 +49,8 @@ def configure(workload: Workload, cluster: Cluster, space: Space = Space(), choi
     workload.check()
     cluster.check()
     space.check()
+    # A measured profile is named by its path in the workload: its content goes into the results file's
+    # fingerprint too, so a file remeasured under the same name never reuses the old results.
+    contents = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in workload.measured}
+    settings = replace(settings, arguments={**settings.arguments, "measured": contents})
     return search_shapes(workload, cluster, space, shape_jobs(choices), options, settings)

@@ -33,6 +33,7 @@ from ...search.entry.request import PlanRequest
 from .cluster import Cluster
 from .collectives import CITATION
 from .data_parallel import DataParallel, RankTraffic, reshard_gathers, sharded_layers, sharding_record
+from .measured import measured_method, with_measured
 from .parallel_layers import LayerParams, ep_block_comm, hop_times, shape_layers, tp_block_comm
 from .shape import SHARDINGS, RunShape
 from .workload import Workload
@@ -116,6 +117,7 @@ def shape_costs(workload: Workload, cluster: Cluster, shape: RunShape, choices: 
                                      mfu=workload.mfu, dtype=workload.dtype, attention=workload.attention,
                                      preset=PRESETS.get(workload.preset or ""),
                                      name=f"{model.label()} {shape.label()} on {cluster.gpus} {cluster.gpu}")
+    estimated, measured = with_measured(estimated, workload.measured, share, workload.dtype, cluster.gpu)
     layers, params = shape_layers(estimated.layers or (), workload, shape, share, cluster)
     spec = gpu_spec(cluster.gpu)
     dp = DataParallel(shape.sharding, shape.d, shape.ep, shape.m, cluster.link_for(shape.t * shape.d),
@@ -123,7 +125,7 @@ def shape_costs(workload: Workload, cluster: Cluster, shape: RunShape, choices: 
     layers = reshard_gathers(sharded_layers(layers, params, dp), params, dp)
     hops = hop_times(shape, share, workload.dtype, cluster)
     profile = _restaged(estimated, layers, hops, cluster.capacity)
-    profile = _described(profile, workload, cluster, shape, dp)
+    profile = _described(profile, workload, cluster, shape, dp, measured)
     usable = cluster.capacity * (1 - choices.headroom)
     limit = choices.mem_limit if choices.mem_limit is not None else f"{math.floor(usable)}"
     with about("mem_limit"):
@@ -158,7 +160,8 @@ def _restaged(profile: Profile, layers: tuple, hops: tuple[float, ...], capacity
                    device_capacity_bytes=float(capacity))
 
 
-def _described(profile: Profile, workload: Workload, cluster: Cluster, shape: RunShape, dp: DataParallel) -> Profile:
+def _described(profile: Profile, workload: Workload, cluster: Cluster, shape: RunShape, dp: DataParallel,
+               measured: Profile | None) -> Profile:
     """The profile with the whole-run costs in its source's method and its details."""
     model = workload.at_micro_batch(shape.b)
     share = tp_shard(model, shape.t)
@@ -172,8 +175,12 @@ def _described(profile: Profile, workload: Workload, cluster: Cluster, shape: Ru
     details["static"] = static
     details["whole_run"] = {"shape": shape.to_dict(), "gpus": cluster.gpus, "tp_block_us": tp, "ep_block_us": ep,
                             "hops_us": list(profile.comm), "tp_link": cluster.link_for(shape.t).name,
-                            "dp_link": dp.link.name, "sharding": shape.sharding}
-    source = {**profile.source, "method": profile.source["method"] + "; " + whole_run_method(shape, tp, ep, dp)}
+                            "dp_link": dp.link.name, "sharding": shape.sharding,
+                            "measured": None if measured is None else measured.name}
+    method = profile.source["method"] + "; " + whole_run_method(shape, tp, ep, dp)
+    if measured is not None:
+        method += "; " + measured_method(measured)
+    source = {**profile.source, "method": method}
     return replace(profile, details=details, source=source)
 
 

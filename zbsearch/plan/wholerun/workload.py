@@ -9,6 +9,7 @@ from typing import Union
 from ...core.errors import PlanError, about
 from ...profiling.estimate import check_mfu
 from ...profiling.request import DTYPES, OPTIMIZERS, LlamaShape, MoeShape, check_choice
+from .measured import load_measured
 
 Model = Union[LlamaShape, MoeShape]
 
@@ -30,6 +31,7 @@ class Workload:
     mfu: float = DEFAULT_RUN_MFU
     attention: str = "sdpa"
     preset: str | None = None
+    measured: tuple[str, ...] = ()  # measured profiles (paths) whose layers replace the estimate's (measured.py)
 
     @property
     def seq(self) -> int:
@@ -53,4 +55,6 @@ class Workload:
             check_mfu(self.mfu)
         check_choice(self.dtype, DTYPES, "dtype", "dtype")
         check_choice(self.optimizer, OPTIMIZERS, "optimizer", "optimizer")
+        for path in self.measured:
+            load_measured(path)  # a bad file is refused before any shape runs
         return self
