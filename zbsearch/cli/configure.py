@@ -22,7 +22,7 @@ from ..plan.wholerun.workload import DEFAULT_RUN_MFU, Workload
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, resolve_shape
 from ..profiling.request import GptShape
-from .console import stdout_console
+from .console import print_error, stdout_console
 from .options import JsonOpt, SeedOpt, flags_for
 from .params import IntList, count_list_parser
 from .profiling import (DenseLayersOpt, ExpertFfnOpt, ExpertsOpt, FfnOpt, HeadDimOpt, HeadsOpt, HiddenOpt,
@@ -213,8 +213,14 @@ def configure_command(
             raise PlanError(f"output {output} is a folder: give a file path for the plan JSON", subject="output")
         with progress_printer(enabled=not as_json) as progress:
             settings = Settings(workers=jobs, ray_address=ray, results=results, fixed=fixed, progress=progress)
-            outcome = configure(workload, cluster, space, PlanChoices(placement=placement, recompute=recompute),
-                                SearchOptions(time_limit=time_limit, workers=workers, seed=seed), settings)
+            try:
+                outcome = configure(workload, cluster, space, PlanChoices(placement=placement, recompute=recompute),
+                                    SearchOptions(time_limit=time_limit, workers=workers, seed=seed), settings)
+            except KeyboardInterrupt:
+                kept = f"the shapes finished so far are in {results}: run the same command to go on" if results \
+                    else "nothing was kept: give --results FILE to keep finished shapes across runs"
+                print_error(f"interrupted; {kept}")
+                raise typer.Exit(130) from None
         if output is not None:
             write_chosen(outcome, output, workload, cluster, PlanChoices(placement=placement, recompute=recompute))
     if as_json:
