@@ -22,6 +22,7 @@ from ..plan.wholerun.workload import DEFAULT_RUN_MFU, Workload
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, resolve_shape
 from ..profiling.request import GptShape
+from .configure_page import HtmlRunOpt, write_run_html
 from .console import print_error, stdout_console
 from .options import JsonOpt, SeedOpt, flags_for
 from .params import IntList, count_list_parser
@@ -181,7 +182,7 @@ def configure_command(
     sharding: ShardingListOpt = None, ep: EpOpt = None, current: CurrentOpt = None, placement: PlacementOpt = "auto",
     recompute: RecomputeOpt = "auto-layers", time_limit: TimeLimitOpt = 20.0, jobs: JobsOpt = 1,
     workers: WorkersOpt = 2, seed: SeedOpt = 0, ray: RayOpt = None, results: ResultsOpt = None, top: TopOpt = 10,
-    as_json: JsonOpt = False, output: PlanOutOpt = None,
+    as_json: JsonOpt = False, output: PlanOutOpt = None, html: HtmlRunOpt = None,
 ) -> None:
     """Plan a training run on N GPUs: tensor, pipeline and data-parallel degrees, sharding, microbatch size
     and count, with the schedule, split and recompute of each; a ranked table and a certificate.
@@ -223,6 +224,7 @@ def configure_command(
                 raise typer.Exit(130) from None
         if output is not None:
             write_chosen(outcome, output, workload, cluster, PlanChoices(placement=placement, recompute=recompute))
+        write_run_html(html, outcome, workload, cluster, PlanChoices(placement=placement, recompute=recompute))
     if as_json:
         print(json.dumps(outcome.table(), allow_nan=False))
         return

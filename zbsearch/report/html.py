@@ -7,7 +7,8 @@ script, print, and reach a screen reader as tables; the script draws the two cha
 (zoom, pan, hover and keyboard stepping through the passes).
 
 Pure: `page(timeline, limit, quality)` returns the text; writing it (atomically, after validation) is
-the caller's business (cli/report.py).
+the caller's business (cli/report.py). Its parts (`document`, `plan_sections`, `plan_script`, `table`) also
+build the whole-run page (configure_html.py), which holds the chosen plan's sections.
 """
 
 from __future__ import annotations
@@ -25,23 +26,23 @@ from .quality import Quality
 from .render import fmt_bytes, fmt_number
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
     """A package data file of zbsearch.report (pyproject's package-data ships it)."""
     return resources.files("zbsearch.report").joinpath(name).read_text(encoding="utf-8")
 
 
-def _table(caption: str, head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
-    """An HTML table; cells are escaped, except values wrapped as _Raw (already HTML)."""
+def table(caption: str, head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table; cells are escaped, except values wrapped as Raw (already HTML)."""
     def cell(x: Any) -> str:
-        return x.html if isinstance(x, _Raw) else escape(str(x))
+        return x.html if isinstance(x, Raw) else escape(str(x))
     body = "".join("<tr>" + "".join(f"<td>{cell(x)}</td>" for x in row) + "</tr>" for row in rows)
     th = "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
     return (f'<table class="{cls}"><caption>{escape(caption)}</caption><thead><tr>{th}</tr></thead>'
             f"<tbody>{body}</tbody></table>")
 
 
-class _Raw:
-    """HTML that _table puts in a cell as it is."""
+class Raw:
+    """HTML that `table` puts in a cell as it is."""
 
     def __init__(self, html: str) -> None:
         self.html = html
@@ -65,9 +66,9 @@ def _quality(q: Quality | None, unit: str) -> str:
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     rows = [(h.name, h.placement, _num(h.value), _pct(h.bubble), f"{h.peak:.3g}",
              "yes" if h.fits else f"no: {h.reason}") for h in q.handcrafted]
-    hand = _table(f"Handcrafted schedules on the same profile and limit ({q.objective}, {unit})",
-                  ["schedule", "placement", q.objective, "bubble", "busiest peak (stage M_B)", "within the limit"],
-                  rows, "handcrafted") if rows else "<p>No handcrafted schedule applies to this p and m.</p>"
+    hand = table(f"Handcrafted schedules on the same profile and limit ({q.objective}, {unit})",
+                 ["schedule", "placement", q.objective, "bubble", "busiest peak (stage M_B)", "within the limit"],
+                 rows, "handcrafted") if rows else "<p>No handcrafted schedule applies to this p and m.</p>"
     return f'<dl class="facts">{dl}</dl>{hand}'
 
 
@@ -127,37 +128,35 @@ def _split(timeline: Timeline, limit: MemoryLimit | None) -> str:
               ("placement", f"{timeline.schedule.placement.name}: chunk c runs on the rank in the table below"),
               ("parameter copies per rank", str(timeline.schedule.placement.param_copies))]
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in levers)
-    chunks = _table("Chunks: layers and recompute", ["chunk", "rank", "layers", "which layers", "recompute"],
-                    _chunk_rows(timeline, plan), "chunks")
-    ranks = _table(f"Ranks: static bytes, peak activations and cap ({unit}), work and idle ({t})",
-                   ["rank", "chunks", "static bytes", "peak activations", "activation cap", "work", "idle"],
-                   _rank_rows(timeline, limit), "ranks")
+    chunks = table("Chunks: layers and recompute", ["chunk", "rank", "layers", "which layers", "recompute"],
+                   _chunk_rows(timeline, plan), "chunks")
+    ranks = table(f"Ranks: static bytes, peak activations and cap ({unit}), work and idle ({t})",
+                  ["rank", "chunks", "static bytes", "peak activations", "activation cap", "work", "idle"],
+                  _rank_rows(timeline, limit), "ranks")
     return f'<dl class="facts">{dl}</dl>{chunks}{ranks}'
 
 
 _HELP = ("Hover or click a pass for its details. Keyboard: focus the chart, then Left/Right step through a "
          "rank's passes, Up/Down change rank, C jumps along the critical path, + and - zoom, 0 resets. "
          "Drag or scroll sideways to pan; Ctrl+scroll zooms.")
+# The links to plan_sections' headings, for a page's nav.
+PLAN_NAV = ('<a href="#timeline-h">Timeline</a> <a href="#memory-h">Memory</a> <a href="#quality-h">Quality</a> '
+            '<a href="#split-h">Split and levers</a>')
 
 
-def page(timeline: Timeline, limit: MemoryLimit | None, quality: Quality | None = None) -> str:
-    """The whole page as one string. `timeline` is a validated plan's (every schedule that leaves zbsearch
-    has passed the validator: the caller checks), `limit` the one it was checked at."""
-    data = page_data(timeline, limit)
+def data_script(element_id: str, data: Any) -> str:
+    """JSON in a script element the browser does not run (the page's script reads it)."""
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f'<script id="{element_id}" type="application/json">{blob}</script>'
+
+
+def plan_sections(timeline: Timeline, limit: MemoryLimit | None, quality: Quality | None) -> str:
+    """The plan's four sections (timeline, memory, quality, split and levers); html_page.js draws the two
+    charts from plan_script's data."""
     name, t = escape(timeline.schedule.name), escape(timeline.profile.time_unit)
-    sched = timeline.schedule
-    headline = (f"{escape(sched.placement.name)} placement, {sched.num_ranks} ranks, {sched.num_microbatches} "
-                f"microbatches, {sched.count()} passes; makespan {fmt_number(timeline.makespan)} {t}, bubble "
-                f"{timeline.bubble_rate_makespan:.2%}; profile {escape(timeline.profile.name)}")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>zbsearch plan {name}</title><style>{_asset("html_page.css")}</style></head>
-<body><header><h1>Plan {name}</h1><p>{headline}</p>
-<nav aria-label="sections"><a href="#timeline-h">Timeline</a> <a href="#memory-h">Memory</a>
-<a href="#quality-h">Quality</a> <a href="#split-h">Split and levers</a></nav></header>
-<main>
-<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2><p class="help">{escape(_HELP)}</p>
+    _, unit = memory_scale(timeline)
+    return f"""<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>
+<p class="help">{escape(_HELP)}</p>
 <div class="controls" role="toolbar" aria-label="timeline zoom"><button type="button" id="zoom-in">Zoom in</button>
 <button type="button" id="zoom-out">Zoom out</button><button type="button" id="zoom-reset">Whole plan</button></div>
 <div id="legend" class="legend"></div>
@@ -168,14 +167,42 @@ outlined.</desc></svg></div>
 <div id="details" class="details" role="status" aria-live="polite">No pass selected.</div>
 <div id="tip" class="tip" role="tooltip" hidden></div></section>
 <section aria-labelledby="memory-h"><h2 id="memory-h">Memory</h2>
-<p class="help">Activation memory of each rank over time ({escape(data["memory_unit"])}, under the plan's
+<p class="help">Activation memory of each rank over time ({escape(unit)}, under the plan's
 accounting) against its cap (dashed); the dot marks the peak.</p>
 <div class="chart"><svg id="memory" role="img" aria-labelledby="memory-title" xmlns="http://www.w3.org/2000/svg">
 <title id="memory-title">Activation memory per rank over time</title></svg></div></section>
 <section aria-labelledby="quality-h"><h2 id="quality-h">Quality</h2>{_quality(quality, timeline.profile.time_unit)}</section>
-<section aria-labelledby="split-h"><h2 id="split-h">Split and levers</h2>{_split(timeline, limit)}</section>
+<section aria-labelledby="split-h"><h2 id="split-h">Split and levers</h2>{_split(timeline, limit)}</section>"""
+
+
+def plan_script(timeline: Timeline, limit: MemoryLimit | None) -> str:
+    """The plan's data and the script that draws plan_sections' charts from it (it marks the page ready)."""
+    return f'{data_script("plan-data", page_data(timeline, limit))}\n<script>{asset("html_page.js")}</script>'
+
+
+def document(title: str, header: str, main: str, footer: str, scripts: str) -> str:
+    """A whole page: the style inline, then `header` and `main` (HTML), `footer` (text), `scripts` (HTML)."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title><style>{asset("html_page.css")}</style></head>
+<body><header>{header}</header>
+<main>
+{main}
 </main>
-<footer><p>Written by zbsearch report; every pass as simulated on the profile after validation.</p></footer>
-<script id="plan-data" type="application/json">{blob}</script>
-<script>{_asset("html_page.js")}</script></body></html>
+<footer><p>{escape(footer)}</p></footer>
+{scripts}</body></html>
 """
+
+
+def page(timeline: Timeline, limit: MemoryLimit | None, quality: Quality | None = None) -> str:
+    """The whole page as one string. `timeline` is a validated plan's (every schedule that leaves zbsearch
+    has passed the validator: the caller checks), `limit` the one it was checked at."""
+    name, t = escape(timeline.schedule.name), escape(timeline.profile.time_unit)
+    sched = timeline.schedule
+    headline = (f"{escape(sched.placement.name)} placement, {sched.num_ranks} ranks, {sched.num_microbatches} "
+                f"microbatches, {sched.count()} passes; makespan {fmt_number(timeline.makespan)} {t}, bubble "
+                f"{timeline.bubble_rate_makespan:.2%}; profile {escape(timeline.profile.name)}")
+    header = f'<h1>Plan {name}</h1><p>{headline}</p><nav aria-label="sections">{PLAN_NAV}</nav>'
+    return document(f"zbsearch plan {timeline.schedule.name}", header, plan_sections(timeline, limit, quality),
+                    "Written by zbsearch report; every pass as simulated on the profile after validation.",
+                    plan_script(timeline, limit))
