@@ -285,7 +285,7 @@ SUBJECT_FLAGS = {
     "inter_gbps": "--inter-gbps", "link_efficiency": "--link-efficiency", "gpu_memory": "--gpu-memory", "mfu": "--mfu",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "current": "--current", "shape": "--current", "fixed": "--current",
     "results": "--results", "ray_address": "--ray", "workers": "--workers", "min_share": "--time-limit",
-    "output": "-o", "dtype": "--dtype", "optimizer": "--optimizer",
+    "output": "-o", "dtype": "--dtype", "optimizer": "--optimizer", "export_dir": "--export-dir",
 }
 
 
