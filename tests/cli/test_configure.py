@@ -98,3 +98,17 @@ def test_a_results_file_of_other_arguments_is_refused(tmp_path: Path) -> None:
 def test_a_gpt_model_is_refused_with_the_models_that_work() -> None:
     message = one_line_error(invoke("--model", "gpt3-2.7b", "--global-batch", "8", "--gpus", "8"))
     assert "--model llama" in message
+
+
+def test_export_dir_writes_the_chosen_plan_for_both_trainers_and_an_unwritable_one_nothing(tmp_path: Path) -> None:
+    result = invoke(*TINY, "--export-dir", tmp_path / "run", "--torchtitan", "main", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["chosen"] is not None  # stdout stays the JSON; the export's lines are on stderr
+    written = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert written == ["megatron_args.txt", "plan.json", "schedule.csv", "schedule.json", "torchtitan_config.py"]
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("wrote ") and "torchtitan_config.py" in first and "megatron_args.txt" in first
+    (tmp_path / "a-file").write_text("")
+    message = one_line_error(invoke(*TINY, "--pp", "1", "--export-dir", tmp_path / "a-file" / "run"))
+    assert "--export-dir" in message and "cannot write the exports" in message
+    assert one_line_error(invoke(*TINY, "--torchtitan", "0.9", "--export-dir", tmp_path)).startswith("error: --torchtitan")

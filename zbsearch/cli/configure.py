@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ..core.errors import PlanError
+from ..interop.formats.torchtitan import resolve_version
 from ..plan.wholerun.cluster import make_cluster
 from ..plan.wholerun.cost import PlanChoices
 from ..plan.wholerun.shape import SHARDINGS, RunShape, Space
@@ -37,7 +39,8 @@ FLAGS = {"model": "--model", "global_batch": "--global-batch", "gpu": "--gpu", "
          "link_efficiency": "--link-efficiency", "gpu_memory": "--gpu-memory", "mfu": "--mfu", "tp": "--tp",
          "pp": "--pp", "micro_batch": "--micro-batch", "sharding": "--sharding", "ep": "--ep", "current": "--current",
          "shape": "--current", "fixed": "--current", "results": "--results", "ray_address": "--ray",
-         "workers": "--jobs", "min_share": "--time-limit", "dtype": "--dtype", "optimizer": "--optimizer"}
+         "workers": "--jobs", "min_share": "--time-limit", "dtype": "--dtype", "optimizer": "--optimizer",
+         "export_dir": "--export-dir", "torchtitan": "--torchtitan"}
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", metavar="llama|moe|PRESET", rich_help_panel=MODEL_PANEL,
@@ -83,7 +86,7 @@ EpOpt = Annotated[Optional[IntList], typer.Option(
     help="moe: expert-parallel degrees to try. Default: every degree dividing d and the experts.")]
 CurrentOpt = Annotated[Optional[str], typer.Option(
     "--current", metavar="'tp8 pp4 fsdp b1'", rich_help_panel=SPACE_PANEL,
-    help="The configuration you run today, evaluated beside the best: tpT ppP [dpD] SHARDING bB [epE].")]
+    help="The configuration you run today, evaluated beside the best: tpT ppP \\[dpD] SHARDING bB \\[epE].")]
 PlacementOpt = Annotated[str, typer.Option(
     "--placement", rich_help_panel=PLAN_PANEL, help="Placement for every shape's joint search (auto: it chooses).")]
 RecomputeOpt = Annotated[str, typer.Option(
@@ -97,7 +100,7 @@ WorkersOpt = Annotated[int, typer.Option(
     "--workers", metavar="N", rich_help_panel=SEARCH_PANEL, min=1, help="CP-SAT worker threads per shape.")]
 RayOpt = Annotated[Optional[str], typer.Option(
     "--ray", metavar="ADDRESS|auto", rich_help_panel=SEARCH_PANEL,
-    help="Run the shapes as tasks on this running Ray cluster (pip install 'zbsearch[ray]').")]
+    help="Run the shapes as tasks on this running Ray cluster (pip install 'zbsearch\\[ray]').")]
 ResultsOpt = Annotated[Optional[Path], typer.Option(
     "--results", metavar="FILE.jsonl", rich_help_panel=SEARCH_PANEL,
     help="Append each finished shape here; a rerun with the same arguments reuses them.")]
@@ -110,6 +113,15 @@ TopOpt = Annotated[int, typer.Option(
 PlanOutOpt = Annotated[Optional[Path], typer.Option(
     "-o", "--output", metavar="PLAN.json", rich_help_panel=OUTPUT_PANEL,
     help="Write the chosen plan's schedule JSON here (validated; atomically).")]
+
+ExportDirOpt = Annotated[Optional[Path], typer.Option(
+    "--export-dir", metavar="DIR", rich_help_panel=OUTPUT_PANEL,
+    help="Write the chosen plan for its trainers into DIR, all files or none: torchtitan_config.py (apply_plan), "
+         "schedule.csv and schedule.json (p > 1), megatron_args.txt, plan.json. A trainer that cannot run the plan "
+         "as planned gets one line saying why instead of its files (docs/whole-run.md).")]
+TitanVersionOpt = Annotated[Optional[str], typer.Option(
+    "--torchtitan", metavar="main|0.3", rich_help_panel=OUTPUT_PANEL,
+    help="With --export-dir, the torchtitan to write for. Default: the torchtitan installed here, else main.")]
 
 _CURRENT_WORD = re.compile(r"^(tp|pp|dp|ep|b|m)(\d+)$")
 
@@ -182,7 +194,8 @@ def configure_command(
     sharding: ShardingListOpt = None, ep: EpOpt = None, current: CurrentOpt = None, placement: PlacementOpt = "auto",
     recompute: RecomputeOpt = "auto-layers", time_limit: TimeLimitOpt = 20.0, jobs: JobsOpt = 1,
     workers: WorkersOpt = 2, seed: SeedOpt = 0, ray: RayOpt = None, results: ResultsOpt = None, top: TopOpt = 10,
-    as_json: JsonOpt = False, output: PlanOutOpt = None, html: HtmlRunOpt = None,
+    as_json: JsonOpt = False, output: PlanOutOpt = None, html: HtmlRunOpt = None, export_dir: ExportDirOpt = None,
+    torchtitan: TitanVersionOpt = None,
 ) -> None:
     """Plan a training run on N GPUs: tensor, pipeline and data-parallel degrees, sharding, microbatch size
     and count, with the schedule, split and recompute of each; a ranked table and a certificate.
@@ -200,6 +213,8 @@ def configure_command(
     from ..search.options import SearchOptions
     # defers the search (OR-Tools), as above
     from .configure_table import progress_printer, render_outcome, write_chosen
+    # defers the search (OR-Tools), as above
+    from ..plan.wholerun.exports import export_plan
 
     given = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn": ffn,
              "head_dim": head_dim, "seq": seq, "vocab": vocab, "dense_layers": dense_layers, "experts": experts,
@@ -210,12 +225,15 @@ def configure_command(
                                efficiency=link_efficiency, memory_bytes=_gpu_memory(gpu_memory))
         space = _space(tp, pp, micro_batch, sharding, ep)
         fixed = None if current is None else parse_current(current, workload, gpus)
+        if torchtitan is not None:
+            resolve_version(torchtitan)  # an unknown version fails before the search, not after it
         if output is not None and output.is_dir():
             raise PlanError(f"output {output} is a folder: give a file path for the plan JSON", subject="output")
+        choices = PlanChoices(placement=placement, recompute=recompute)
         with progress_printer(enabled=not as_json) as progress:
             settings = Settings(workers=jobs, ray_address=ray, results=results, fixed=fixed, progress=progress)
             try:
-                outcome = configure(workload, cluster, space, PlanChoices(placement=placement, recompute=recompute),
+                outcome = configure(workload, cluster, space, choices,
                                     SearchOptions(time_limit=time_limit, workers=workers, seed=seed), settings)
             except KeyboardInterrupt:
                 kept = f"the shapes finished so far are in {results}: run the same command to go on" if results \
@@ -223,8 +241,12 @@ def configure_command(
                 print_error(f"interrupted; {kept}")
                 raise typer.Exit(130) from None
         if output is not None:
-            write_chosen(outcome, output, workload, cluster, PlanChoices(placement=placement, recompute=recompute))
-        write_run_html(html, outcome, workload, cluster, PlanChoices(placement=placement, recompute=recompute))
+            write_chosen(outcome, output, workload, cluster, choices)
+        write_run_html(html, outcome, workload, cluster, choices)
+        if export_dir is not None:  # every line of it on stderr: stdout is the table or the JSON
+            exported = export_plan(outcome.chosen, export_dir, workload, cluster,
+                                   choices, torchtitan)
+            print("\n".join(exported.lines(export_dir)), file=sys.stderr)
     if as_json:
         print(json.dumps(outcome.table(), allow_nan=False))
         return

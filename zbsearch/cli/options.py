@@ -286,6 +286,7 @@ SUBJECT_FLAGS = {
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "current": "--current", "shape": "--current", "fixed": "--current",
     "results": "--results", "ray_address": "--ray", "workers": "--workers", "min_share": "--time-limit",
     "output": "-o", "dtype": "--dtype", "optimizer": "--optimizer", "measured": "--measured",
+    "export_dir": "--export-dir",
 }
 
 

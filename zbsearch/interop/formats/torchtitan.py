@@ -127,7 +127,7 @@ def torchtitan_parts(split: Split, version: str) -> list[list[str]]:
     return [list(chunk) for chunk in parts]
 
 
-def _layout_words(schedule: Schedule, name: str) -> str:
+def layout_words(schedule: Schedule, name: str) -> str:
     n, p = schedule.placement.num_chunks, schedule.num_ranks
     if name == TORCHTITAN_V:
         return "rank r builds stages r and 2p-1-r"
@@ -157,7 +157,7 @@ def torchtitan_toml(schedule: Schedule, plan: TitanPlan) -> str:
         "# " + _header(schedule, "0.2"),
         "# Merge these tables into the job's TOML config (--job.config_file). For torchtitan 0.3 or main",
         "# (Python configs, head lm_head) export with --torchtitan 0.3 or --torchtitan main.",
-        f"# Part i is torch's stage i; {_layout_words(schedule, plan.schedule)}. Leave pipeline_parallel_layers_per_stage unset.",
+        f"# Part i is torch's stage i; {layout_words(schedule, plan.schedule)}. Leave pipeline_parallel_layers_per_stage unset.",
         f"# {plan.microbatches} microbatches of {plan.micro_batch} x {plan.seq} tokens (local_batch_size / microbatch size);",
         "# keep a model flavor without FlexAttention (0.2's default flavors use SDPA).",
         "[parallelism]",
@@ -186,7 +186,7 @@ def torchtitan_config(schedule: Schedule, split: Split, csv_path: str, version: 
     parts = torchtitan_parts(split, version)  # refuses a split that does not name every module once
     plan = titan_plan(schedule, split, parts, csv_path, torchtitan_schedule_name(schedule), profile, levels or {})
     if version != "0.2":
-        return torchtitan_python(plan, version, _header(schedule, version), _layout_words(schedule, plan.schedule))
+        return torchtitan_python(plan, version, _header(schedule, version), layout_words(schedule, plan.schedule))
     if plan.recompute_mode == "planned":
         raise PartitionError(f"the plan recomputes blocks {plan.recompute} (per part) and not the others: torchtitan "
                              "0.2 applies one activation-checkpointing mode to every block; export for torchtitan "

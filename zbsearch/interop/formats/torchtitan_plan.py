@@ -117,6 +117,33 @@ def _sharding(schedule: Schedule) -> tuple[int | None, str | None]:
     return sharding.degree, RESHARD[sharding.how]
 
 
+def titan_single(split: Split, microbatches: int, profile: Profile | None, levels: Mapping[str, str]) -> TitanPlan:
+    """The record of a run without pipelining (one model part: no schedule, no CSV, no module parts):
+    `microbatches` of the profile's microbatch accumulated per step, the recompute `levels`, no sharding
+    (the caller sets it).
+
+    Raises
+    ------
+    ProfileError, PartitionError
+        As titan_plan's.
+    """
+    recompute = recompute_parts(split, levels)
+    micro_batch, seq = microbatch_shape(profile)
+    return TitanPlan(1, "", "", [], microbatches, micro_batch, seq, recompute, _mode(split, recompute), False, None,
+                     None)
+
+
+@dataclass(frozen=True)
+class TitanDegrees:
+    """What a whole run fixes in torchtitan beside the pipeline and the sharding (TitanPlan's): the tensor-,
+    replicate- and expert-parallel degrees and the global batch in sequences."""
+
+    tensor: int
+    replicate: int
+    expert: int
+    global_batch: int
+
+
 def titan_plan(schedule: Schedule, split: Split, parts: list[list[str]], csv_path: str, name: str,
                profile: Profile | None, levels: Mapping[str, str]) -> TitanPlan:
     """The record for `schedule` run with `split` (its module names already checked as `parts`) and the

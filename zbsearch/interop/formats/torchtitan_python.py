@@ -14,11 +14,21 @@ b5bcd76c read, not run):
   the planned blocks with FullAC's own wrapper where torchtitan's parallelize applies its policy; a
   schedule with a split backward swaps FlexAttention (Llama 3's default) for SDPA; the plan's sharding
   sets data_parallel_shard_degree and fsdp_reshard_after_forward.
+
+A whole run (`torchtitan_run_python`, for zbsearch configure's exports, plan/wholerun/exports.py) adds
+`apply_plan(config)`: tensor_parallel_degree with enable_sequence_parallel, data_parallel_replicate_degree,
+expert_parallel_degree, context_parallel_degree 1 and the global batch (0.3: training.global_batch_size,
+sequences; main: training.num_tokens_per_train_step, tokens), after apply_pipeline where the plan pipelines;
+without a pipeline it sets pipeline_parallel_degree 1, the microbatch (0.3: training.local_batch_size; main:
+training.num_tokens_per_microbatch_per_dp_rank; torchtitan accumulates the gradients of the rest), the
+recompute and the sharding, and no pipeline field. Fields read in config/configs.py and trainer.py of both.
 """
 
 from __future__ import annotations
 
-from .torchtitan_plan import TitanPlan
+from typing import Sequence
+
+from .torchtitan_plan import TitanDegrees, TitanPlan
 
 # Per version: the lines that set the microbatch, and the field the file checks for first.
 _MICROBATCH = {
@@ -37,7 +47,7 @@ _HELPERS = '''
 def _check_version(config):
     if not hasattr(config.parallelism, {field!r}):
         raise ValueError("this config was exported for torchtitan {version}, whose parallelism config has "
-                         "{field}; this torchtitan has none: export again with zbsearch export "
+                         "{field}; this torchtitan has none: export again with {command} "
                          "--torchtitan {other}")
 
 
@@ -138,13 +148,14 @@ def _doc(plan: TitanPlan, version: str, header: str, layout: str) -> list[str]:
             '"""']
 
 
-def torchtitan_python(plan: TitanPlan, version: str, header: str, layout: str) -> str:
-    """The config module for torchtitan `version` ("0.3" or "main")."""
-    constants = [
-        f"DEGREE = {plan.degree}", f"SCHEDULE = {plan.schedule!r}  # picks the stages each rank builds; the order "
-        "is the CSV's",
-        f"SCHEDULE_CSV = {plan.csv!r}", f"MODULE_FQNS_PER_MODEL_PART = {_rows(plan.parts)}",
-        f"MICROBATCHES = {plan.microbatches}",
+def _pipeline_constants(plan: TitanPlan) -> list[str]:
+    return [f"DEGREE = {plan.degree}", f"SCHEDULE = {plan.schedule!r}  # picks the stages each rank builds; the order "
+            "is the CSV's", f"SCHEDULE_CSV = {plan.csv!r}", f"MODULE_FQNS_PER_MODEL_PART = {_rows(plan.parts)}"]
+
+
+def _constants(plan: TitanPlan, microbatches: str = "") -> list[str]:
+    return [
+        f"MICROBATCHES = {plan.microbatches}{microbatches}",
         f"MICROBATCH_SIZE = {plan.micro_batch}  # sequences per microbatch, as profiled",
         f"SEQ_LEN = {plan.seq}",
         f"RECOMPUTE_MODE = {plan.recompute_mode!r}  # none, full (every block) or planned (the blocks below)",
@@ -152,7 +163,10 @@ def torchtitan_python(plan: TitanPlan, version: str, header: str, layout: str) -
         f"SPLIT_BACKWARD = {plan.split_backward}  # the CSV runs I and W apart",
         f"SHARD_DEGREE = {plan.shard_degree}", f"RESHARD_AFTER_FORWARD = {plan.reshard!r}",
     ]
-    body = ["", "", "def apply_pipeline(config):",
+
+
+def _pipeline_body(version: str) -> list[str]:
+    return ["", "", "def apply_pipeline(config):",
             '    """Set on a torchtitan Trainer.Config what the plan fixes; returns it."""',
             "    _check_version(config)",
             "    par, training = config.parallelism, config.training",
@@ -165,5 +179,82 @@ def torchtitan_python(plan: TitanPlan, version: str, header: str, layout: str) -
             "    training.disable_cuda_graphs = True  # torchtitan refuses CUDA graphs with pipeline parallelism",
             "    _apply_recompute(config)", "    _apply_attention(config)", "    _apply_sharding(par)",
             "    return config"]
-    helpers = _HELPERS.format(field=VERSION_FIELD[version], version=version, other=_OTHER[version])
-    return "\n".join(_doc(plan, version, header, layout) + [""] + constants + body) + "\n" + helpers
+
+
+def torchtitan_python(plan: TitanPlan, version: str, header: str, layout: str) -> str:
+    """The config module for torchtitan `version` ("0.3" or "main")."""
+    constants = _pipeline_constants(plan) + _constants(plan)
+    helpers = _HELPERS.format(field=VERSION_FIELD[version], version=version, other=_OTHER[version],
+                              command="zbsearch export")
+    return "\n".join(_doc(plan, version, header, layout) + [""] + constants + _pipeline_body(version)) + "\n" + helpers
+
+
+# A whole run (torchtitan_run_python), per version: a microbatch without pipelining (torchtitan then
+# accumulates gradients over GLOBAL_BATCH / (MICROBATCH_SIZE x data-parallel degree) microbatches: 0.3's
+# Trainer.__init__ from global_batch_size and local_batch_size, main's from num_tokens_per_train_step and
+# num_tokens_per_microbatch_per_dp_rank), and the global batch.
+_SINGLE = {
+    "0.3": ["    training.local_batch_size = MICROBATCH_SIZE  # one microbatch per gradient-accumulation step",
+            "    training.seq_len = SEQ_LEN"],
+    "main": ["    training.num_tokens_per_microbatch_per_dp_rank = MICROBATCH_SIZE * SEQ_LEN",
+             "    _set_sequence_length(training)"],
+}
+_GLOBAL = {"0.3": "    training.global_batch_size = GLOBAL_BATCH",
+           "main": "    training.num_tokens_per_train_step = GLOBAL_BATCH * SEQ_LEN"}
+
+
+def _run_doc(plan: TitanPlan, degrees: TitanDegrees, header: str, layout: str | None, notes: Sequence[str]) -> list[str]:
+    pipelined = plan.degree > 1
+    stages = [f"Part i is torch's stage i; {layout}."] if pipelined and layout else []
+    many = f"{plan.microbatches} {'microbatch' if plan.microbatches == 1 else 'microbatches'} per step"
+    steps = f"{many} ({'pipelined' if pipelined else 'gradient accumulation; no pipeline'})"
+    extra = ", CUDA graphs off, SDPA attention when the backward is split" if pipelined else ""
+    sp = " with sequence parallelism" if degrees.tensor > 1 else ""
+    return [f'"""{header}', "",
+            "Call apply_plan on the Trainer.Config your config function returns, in your own config module,",
+            "and run torchtitan with --module that_module --config llama3_8b_zbsearch:", "",
+            "    from torchtitan.models.llama3.config_registry import llama3_8b",
+            "    from this_file import apply_plan", "",
+            "    def llama3_8b_zbsearch():",
+            "        return apply_plan(llama3_8b())", "",
+            *stages,
+            f"It sets the degrees (tensor {degrees.tensor}{sp}, pipeline {plan.degree}, "
+            f"data-parallel shard {plan.shard_degree} x replicate {degrees.replicate}, expert {degrees.expert}),",
+            f"the microbatch the plan was made for ({plan.micro_batch} x {plan.seq} tokens), {steps},",
+            f"the global batch ({degrees.global_batch} sequences), the plan's recompute and sharding{extra}; nothing else.",
+            *notes, '"""']
+
+
+def _run_body(plan: TitanPlan, version: str) -> list[str]:
+    if plan.degree > 1:
+        start = ["    apply_pipeline(config)", "    par, training = config.parallelism, config.training"]
+    else:
+        start = ["    _check_version(config)", "    par, training = config.parallelism, config.training",
+                 "    par.pipeline_parallel_degree = 1  # no pipeline", *_SINGLE[version],
+                 "    _apply_recompute(config)", "    _apply_sharding(par)"]
+    return ["", "", "def apply_plan(config):",
+            '    """Set on a torchtitan Trainer.Config everything the plan fixes; returns it."""', *start,
+            "    par.data_parallel_replicate_degree = REPLICATE_DEGREE",
+            "    par.tensor_parallel_degree = TENSOR_PARALLEL_DEGREE",
+            "    par.enable_sequence_parallel = True  # the plan's tensor-parallel costs are sequence-parallel",
+            "    par.expert_parallel_degree = EXPERT_PARALLEL_DEGREE",
+            "    par.context_parallel_degree = 1",
+            _GLOBAL[version], "    return config"]
+
+
+def torchtitan_run_python(plan: TitanPlan, degrees: TitanDegrees, version: str, header: str, layout: str | None,
+                          notes: Sequence[str] = ()) -> str:
+    """The config module of a whole run for torchtitan `version` ("0.3" or "main"): `apply_plan(config)`
+    sets the degrees, the global batch and, through `apply_pipeline` where `plan` pipelines (degree > 1),
+    everything torchtitan_python sets; without pipelining, the microbatch, recompute and sharding alone.
+    `notes`: lines for the module's docstring."""
+    pipelined = plan.degree > 1
+    constants = (_pipeline_constants(plan) if pipelined else []) + _constants(
+        plan, "" if pipelined else "  # gradient-accumulation steps") + [
+        f"TENSOR_PARALLEL_DEGREE = {degrees.tensor}", f"REPLICATE_DEGREE = {degrees.replicate}",
+        f"EXPERT_PARALLEL_DEGREE = {degrees.expert}",
+        f"GLOBAL_BATCH = {degrees.global_batch}  # sequences per optimizer step"]
+    body = (_pipeline_body(version) if pipelined else []) + _run_body(plan, version)
+    helpers = _HELPERS.format(field=VERSION_FIELD[version], version=version, other=_OTHER[version],
+                              command="zbsearch configure ... --export-dir DIR")
+    return "\n".join(_run_doc(plan, degrees, header, layout, notes) + [""] + constants + body) + "\n" + helpers

@@ -151,11 +151,20 @@ def megatron_args(schedule: Schedule, split: Split) -> str:
     layer count (and MTP layer count), and the plan's recompute where Megatron can express it
     (megatron_recompute.py; where it cannot, its statement says so and no recompute flag is written).
     Megatron derives the virtual stages per rank from the layout."""
+    return shell_line(megatron_arg_list(schedule, split))
+
+
+def shell_line(args: Sequence[str]) -> str:
+    """Arguments shell-quoted on one line."""
+    return " ".join(shlex.quote(a) for a in args) + "\n"
+
+
+def megatron_arg_list(schedule: Schedule, split: Split) -> list[str]:
+    """megatron_args' arguments, unquoted."""
     layout = megatron_layout(schedule, split)
     kinds = [k for ks in split.kinds for k in ks]
     args = ["--pipeline-model-parallel-size", str(schedule.num_ranks), "--pipeline-model-parallel-layout", layout,
             "--num-layers", str(kinds.count("decoder"))]
     if "mtp" in kinds:
         args += ["--mtp-num-layers", str(kinds.count("mtp"))]
-    args += megatron_recompute(schedule, split).flags
-    return " ".join(shlex.quote(a) for a in args) + "\n"
+    return args + list(megatron_recompute(schedule, split).flags)

@@ -8,7 +8,7 @@ recomputed (their `full` option), most bytes saved per microsecond first, until 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...core.errors import InfeasibleError
 from ...core.ir import linear
@@ -16,7 +16,7 @@ from ...core.memory import min_feasible_limit
 from ...core.partition import partition_profile
 from ...core.profile import Profile
 from ...core.recompute.levels import held_from_f, option_of, with_recompute
-from ...search.entry.request import SEARCHED_RECOMPUTE, planned_profile
+from ...search.entry.request import SEARCHED_RECOMPUTE, fixed_levels, planned_profile
 from .cost import ShapeCosts
 from .step import StepTime, combined, rank_step
 
@@ -66,7 +66,8 @@ def best_single(costs: ShapeCosts) -> SingleRank:
     m, usable = costs.shape.m, costs.usable_bytes
     plan = _run(profile, m, {})
     if plan.peak_bytes <= usable or (costs.request.recompute or "").strip() not in SEARCHED_RECOMPUTE:
-        return plan
+        # a fixed recompute is in the planned profile already: record its levels (what the exports run)
+        return replace(plan, levels=fixed_levels(costs.profile, costs.request.recompute))
     levels: dict[str, str] = {}
     for name in _savings(profile):
         levels[name] = "full"

@@ -61,10 +61,11 @@ def planned_profile(profile: Profile, request: PlanRequest) -> Profile:
         raise ZbsearchError(f"sharding {request.sharding} goes with a data-parallel shard degree (dp_shard): give it "
                             "too", subject="sharding")
     sharding = None if request.dp_shard is None else Sharding(request.dp_shard, request.sharding.strip().lower()).check()
-    return as_planned(profile, request.memory_model, sharding, _fixed_levels(profile, request.recompute))
+    return as_planned(profile, request.memory_model, sharding, fixed_levels(profile, request.recompute))
 
 
-def _fixed_levels(profile: Profile, recompute: str | None) -> dict[str, str]:
+def fixed_levels(profile: Profile, recompute: str | None) -> dict[str, str]:
+    """The recompute levels `recompute` fixes on the profile's layers (none where it is searched or none)."""
     text = (recompute or "none").strip()
     if text == "none" or (text in SEARCHED_RECOMPUTE and profile.layers is not None):
         return {}
