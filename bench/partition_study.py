@@ -4,8 +4,10 @@ over the splits users write by hand, on estimated H100 profiles of real model sh
     python bench/partition_study.py                     # every row, about 25 minutes on 2 cores
     python bench/partition_study.py --only llama3-8b    # rows of some models
     python bench/partition_study.py --time-limit 80     # seconds of the joint search per row (default 80)
+    python bench/partition_study.py --memory-model paper   # the Zero Bubble paper's accounting (before issue 28)
 
-Writes results/partition_study.{md,csv,png,svg}. Profiles are estimates (FLOP counts and bytes over an
+Writes results/partition_study.{md,csv,png,svg} under torch's runtime accounting (every estimate's default since
+issue 28), results/partition_study_paper.* under the paper's. Profiles are estimates (FLOP counts and bytes over an
 H100's datasheet peak at 40% MFU, see each profile's `source`), not measurements. Each model runs at two
 whole-rank byte caps: `auto` (80 GB less an 8% headroom) and a tight one that the time-balanced split
 with 1F1B does not fit on rank 0.
@@ -33,21 +35,24 @@ COMMAND = "python bench/partition_study.py"
 # The issue allows a row 120 s: the joint search gets 80 s, the solve of the balanced split 30 s, and the
 # handcrafted columns take a few seconds.
 JOINT_SECONDS = 80.0
+ACCOUNTING = {"torch-runtime": "what torch's runtime holds: everything saved for B plus the gradients I stores "
+                               "for W, held from I until W; every estimate's default since issue 28",
+              "paper": "the Zero Bubble paper's M_B and M_W, the study's first version"}
 BALANCED_SECONDS = 30.0
 COLUMNS = ("model", "p", "m", "cap_gib", "column", "schedule", "placement", "layers_per_chunk", "iteration_ms",
            "gap_to_any_split_bound", "imbalance", "peak_gib", "peak_gib_per_rank", "fits", "seconds", "note")
 
 
-def study_profile(model: str, p: int) -> Any:
-    """The estimated H100 profile of a preset at p stages, m = 4p microbatches of one sequence."""
-    # The study's results were made under the Zero Bubble paper's memory accounting, estimates' default
-    # until issue 28 (now torch-runtime); kept so that a rerun compares like with like.
+def study_profile(model: str, p: int, memory_model: str = "torch-runtime") -> Any:
+    """The estimated H100 profile of a preset at p stages, m = 4p microbatches of one sequence, under
+    `memory_model`: torch-runtime (what plans on torch hold, every estimate's default) or paper (the Zero
+    Bubble paper's accounting, the study's first version)."""
     return profile_estimate(model, "h100", StageSplit(stages=p), PipelineSetup(microbatches=4 * p),
-                            memory_model="paper")
+                            memory_model=memory_model)
 
 
-def run_row(model: str, p: int, cap: str, time_limit: float) -> list[Plan]:
-    prof = study_profile(model, p)
+def run_row(model: str, p: int, cap: str, time_limit: float, memory_model: str) -> list[Plan]:
+    prof = study_profile(model, p, memory_model)
     t0 = time.monotonic()
     plans = [handcrafted(prof, p, cap, "even"), handcrafted(prof, p, cap, "balanced"),
              searched(prof, p, cap, "balanced", BALANCED_SECONDS), searched(prof, p, cap, "auto", time_limit)]
@@ -77,8 +82,10 @@ def record(model: str, p: int, m: int, cap_gib: float, plan: Plan) -> dict[str, 
 def markdown(records: list[dict[str, Any]], args: argparse.Namespace, notes: list[str]) -> str:
     lines = [
         "# Partition study: choosing the layer split with the schedule", "",
-        f"Regenerate: `{COMMAND}{'' if args.time_limit == JOINT_SECONDS else f' --time-limit {args.time_limit:g}'}` "
+        f"Regenerate: `{COMMAND}{'' if args.time_limit == JOINT_SECONDS else f' --time-limit {args.time_limit:g}'}"
+        f"{'' if args.memory_model == 'torch-runtime' else ' --memory-model paper'}` "
         f"(joint search {args.time_limit:g} s per row, balanced + zbsearch {BALANCED_SECONDS:g} s; one run, 2 cores).", "",
+        f"Memory accounting: {args.memory_model} ({ACCOUNTING[args.memory_model]}). "
         "Estimated H100 profiles (FLOP counts over the datasheet peak at 40% MFU; not measured), m = 4p, "
         "one sequence per microbatch, bf16, Adam (16 bytes per parameter). Caps are whole-rank: static bytes "
         "plus peak activations. `gap` is (iteration - bound) / iteration against the lower bound that holds "
@@ -172,6 +179,8 @@ def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--time-limit", type=float, default=JOINT_SECONDS, help="seconds of the joint search per row")
+    ap.add_argument("--memory-model", choices=tuple(ACCOUNTING), default="torch-runtime",
+                    help="the memory accounting (default torch-runtime, as every estimate)")
     ap.add_argument("--figure-only", action="store_true", help="redraw the figure from results/partition_study.csv")
     args = ap.parse_args(argv)
     if args.figure_only:
@@ -185,17 +194,18 @@ def main(argv: list[str]) -> None:
     for model, p in ROWS:
         if wanted and model not in wanted:
             continue
-        prof = study_profile(model, p)
+        prof = study_profile(model, p, args.memory_model)
         auto_gib = byte_cap("auto", prof) / GiB
         for cap_gib in (auto_gib, min(auto_gib - 1, tight_cap(prof, p))):
             cap = "auto" if cap_gib == auto_gib else f"{cap_gib:g}GiB"
-            plans = run_row(model, p, cap, args.time_limit)
+            plans = run_row(model, p, cap, args.time_limit, args.memory_model)
             rows.append((model, p, cap_gib, plans))
             records += [record(model, p, prof.microbatches, cap_gib, plan) for plan in plans]
     RESULTS.mkdir(exist_ok=True)
-    write_csv(RESULTS / "partition_study.csv", COMMAND, records, COLUMNS)
-    write_text(RESULTS / "partition_study.md", markdown(records, args, findings(rows)))
-    figure(records, RESULTS / "partition_study")
+    stem = "partition_study" + ("" if args.memory_model == "torch-runtime" else "_paper")
+    write_csv(RESULTS / f"{stem}.csv", COMMAND, records, COLUMNS)
+    write_text(RESULTS / f"{stem}.md", markdown(records, args, findings(rows)))
+    figure(records, RESULTS / stem)
 
 
 if __name__ == "__main__":
