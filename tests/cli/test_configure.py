@@ -80,6 +80,8 @@ def test_configure_prints_the_table_the_users_configuration_and_the_certificate(
     (["--mfu", "1.5"], "--mfu"),
     (["--global-batch", "3", "--micro-batch", "2"], "--micro-batch"),
     (["--tp", "3"], "--tp"),
+    (["--schedules", "zb-only"], "--schedules"),
+    (["--schedules", "1f1b-family", "--placement", "v"], "--placement"),
 ])
 def test_bad_input_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
     message = one_line_error(invoke(*TINY, *args))
@@ -98,3 +100,12 @@ def test_a_results_file_of_other_arguments_is_refused(tmp_path: Path) -> None:
 def test_a_gpt_model_is_refused_with_the_models_that_work() -> None:
     message = one_line_error(invoke("--model", "gpt3-2.7b", "--global-batch", "8", "--gpus", "8"))
     assert "--model llama" in message
+
+
+def test_the_1f1b_family_baseline_plans_every_shape_with_1f1b_or_interleaved_1f1b() -> None:
+    result = invoke(*TINY, "--pp", "2", "--schedules", "1f1b-family", "--json")
+    assert result.exit_code == 0, result.stderr
+    table = json.loads(result.stdout)
+    assert table["ranked"] and table["certificate"] is not None
+    assert {r["schedule_name"] for r in table["ranked"]} <= {"1f1b", "interleaved-1f1b"}
+    assert all(r["step_bound_us"] == r["timing"]["step_us"] for r in table["ranked"])  # the family enumerated whole
