@@ -63,9 +63,14 @@ def test_the_placement_and_recompute_asked_narrow_the_family() -> None:
     assert full.status == "solved" and blocks <= set(full.recompute) and set(full.recompute.values()) == {"full"}
 
 
-def test_without_pipelining_the_family_recomputes_nothing_where_it_fits() -> None:
-    result = _evaluate(RunShape(2, 1, 4, 1, 2, "zero1"))
-    assert result.status == "solved" and result.plan is None and result.recompute == {}
+def test_without_pipelining_the_family_recomputes_nothing_where_it_fits_and_records_full_where_asked() -> None:
+    shape = RunShape(2, 1, 4, 1, 2, "zero1")
+    plain = _evaluate(shape)
+    assert plain.status == "solved" and plain.plan is None and plain.recompute == {}
+    full = _evaluate(shape, PlanChoices(schedules="1f1b-family", recompute="full"))
+    blocks = {f"layers.{i}" for i in range(LLAMA.layers)}
+    assert blocks <= set(full.recompute) and full.timing is not None and plain.timing is not None
+    assert full.timing.makespan_us > plain.timing.makespan_us  # the recompute is charged and recorded
 
 
 def test_nothing_fitting_is_refused_with_the_least_memory() -> None:

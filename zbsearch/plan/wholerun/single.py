@@ -8,7 +8,7 @@ recomputed (their `full` option), most bytes saved per microsecond first, until 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...core.errors import InfeasibleError
 from ...core.ir import linear
@@ -65,7 +65,11 @@ def best_single(costs: ShapeCosts) -> SingleRank:
     profile = planned_profile(costs.profile, costs.request)
     m, usable = costs.shape.m, costs.usable_bytes
     plan = _run(profile, m, {})
-    if plan.peak_bytes <= usable or (costs.request.recompute or "").strip() not in SEARCHED_RECOMPUTE:
+    if (costs.request.recompute or "").strip() not in SEARCHED_RECOMPUTE:  # the levels asked, applied already
+        given = {layer.name: str(layer.details["recomputed"]["level"]) for layer in profile.layers or ()
+                 if "recomputed" in layer.details}
+        return replace(plan, levels=given)
+    if plan.peak_bytes <= usable:
         return plan
     levels: dict[str, str] = {}
     for name in _savings(profile):
