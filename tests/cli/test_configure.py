@@ -80,6 +80,8 @@ def test_configure_prints_the_table_the_users_configuration_and_the_certificate(
     (["--mfu", "1.5"], "--mfu"),
     (["--global-batch", "3", "--micro-batch", "2"], "--micro-batch"),
     (["--tp", "3"], "--tp"),
+    (["--schedules", "zb-only"], "--schedules"),
+    (["--schedules", "1f1b-family", "--placement", "v"], "--placement"),
 ])
 def test_bad_input_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
     message = one_line_error(invoke(*TINY, *args))
@@ -112,3 +114,12 @@ def test_export_dir_writes_the_chosen_plan_for_both_trainers_and_an_unwritable_o
     message = one_line_error(invoke(*TINY, "--pp", "1", "--export-dir", tmp_path / "a-file" / "run"))
     assert "--export-dir" in message and "cannot write the exports" in message
     assert one_line_error(invoke(*TINY, "--torchtitan", "0.9", "--export-dir", tmp_path)).startswith("error: --torchtitan")
+
+
+def test_the_1f1b_family_baseline_plans_every_shape_with_1f1b_or_interleaved_1f1b() -> None:
+    result = invoke(*TINY, "--pp", "2", "--schedules", "1f1b-family", "--json")
+    assert result.exit_code == 0, result.stderr
+    table = json.loads(result.stdout)
+    assert table["ranked"] and table["certificate"] is not None
+    assert {r["schedule_name"] for r in table["ranked"]} <= {"1f1b", "interleaved-1f1b"}
+    assert all(r["step_bound_us"] == r["timing"]["step_us"] for r in table["ranked"])  # the family enumerated whole

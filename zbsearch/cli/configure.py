@@ -40,7 +40,8 @@ FLAGS = {"model": "--model", "global_batch": "--global-batch", "gpu": "--gpu", "
          "pp": "--pp", "micro_batch": "--micro-batch", "sharding": "--sharding", "ep": "--ep", "current": "--current",
          "shape": "--current", "fixed": "--current", "results": "--results", "ray_address": "--ray",
          "workers": "--jobs", "min_share": "--time-limit", "dtype": "--dtype", "optimizer": "--optimizer",
-         "export_dir": "--export-dir", "torchtitan": "--torchtitan"}
+         "export_dir": "--export-dir", "torchtitan": "--torchtitan", "schedules": "--schedules",
+         "placement": "--placement", "recompute": "--recompute"}
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", metavar="llama|moe|PRESET", rich_help_panel=MODEL_PANEL,
@@ -51,7 +52,9 @@ GlobalBatchOpt = Annotated[int, typer.Option(
     help="Sequences per optimizer step over all replicas: B = m x b x d.")]
 MfuOpt = Annotated[float, typer.Option(
     "--mfu", metavar="FRACTION", rich_help_panel=MODEL_PANEL,
-    help="Share of the GPU's dense peak the matrix work runs at (results/h200_llama3_8b.md measures it).")]
+    help=f"Share of the GPU's dense peak the matrix work runs at. Default {DEFAULT_RUN_MFU}: calibrated against "
+         "torchtitan's Llama 3.1 8B, FSDP on 8 H100, 5,762 tokens/s/GPU (results/calibrate_mfu.md); "
+         "results/h200_block_mfu.md measures it per block.")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", metavar="|".join(GPUS), rich_help_panel=CLUSTER_PANEL, help="GPU kind (datasheet peak, memory, links).")]
 GpusOpt = Annotated[int, typer.Option(
@@ -91,6 +94,10 @@ PlacementOpt = Annotated[str, typer.Option(
     "--placement", rich_help_panel=PLAN_PANEL, help="Placement for every shape's joint search (auto: it chooses).")]
 RecomputeOpt = Annotated[str, typer.Option(
     "--recompute", rich_help_panel=PLAN_PANEL, help="Recompute for every shape: auto-layers (searched), none, full.")]
+SchedulesOpt = Annotated[str, typer.Option(
+    "--schedules", metavar="all|1f1b-family", rich_help_panel=PLAN_PANEL,
+    help="Schedules each shape may use: all (the joint search) or 1f1b-family (1F1B and interleaved 1F1B at an "
+         "even or balanced split, recompute none or full: what Mist- and Megatron-style planners search).")]
 TimeLimitOpt = Annotated[float, typer.Option(
     "--time-limit", metavar="SECONDS", rich_help_panel=SEARCH_PANEL, min=0.0,
     help="Joint-search time of the most promising shape; others get less, in proportion to their bound.")]
@@ -192,10 +199,10 @@ def configure_command(
     intra_gbps: IntraOpt = None, inter_gbps: InterOpt = None, link_efficiency: EfficiencyOpt = None,
     gpu_memory: GpuMemoryOpt = None, tp: TpOpt = None, pp: PpOpt = None, micro_batch: MicroBatchOpt = None,
     sharding: ShardingListOpt = None, ep: EpOpt = None, current: CurrentOpt = None, placement: PlacementOpt = "auto",
-    recompute: RecomputeOpt = "auto-layers", time_limit: TimeLimitOpt = 20.0, jobs: JobsOpt = 1,
-    workers: WorkersOpt = 2, seed: SeedOpt = 0, ray: RayOpt = None, results: ResultsOpt = None, top: TopOpt = 10,
-    as_json: JsonOpt = False, output: PlanOutOpt = None, html: HtmlRunOpt = None, export_dir: ExportDirOpt = None,
-    torchtitan: TitanVersionOpt = None,
+    recompute: RecomputeOpt = "auto-layers", schedules: SchedulesOpt = "all", time_limit: TimeLimitOpt = 20.0,
+    jobs: JobsOpt = 1, workers: WorkersOpt = 2, seed: SeedOpt = 0, ray: RayOpt = None, results: ResultsOpt = None,
+    top: TopOpt = 10, as_json: JsonOpt = False, output: PlanOutOpt = None, html: HtmlRunOpt = None,
+    export_dir: ExportDirOpt = None, torchtitan: TitanVersionOpt = None,
 ) -> None:
     """Plan a training run on N GPUs: tensor, pipeline and data-parallel degrees, sharding, microbatch size
     and count, with the schedule, split and recompute of each; a ranked table and a certificate.
@@ -227,9 +234,9 @@ def configure_command(
         fixed = None if current is None else parse_current(current, workload, gpus)
         if torchtitan is not None:
             resolve_version(torchtitan)  # an unknown version fails before the search, not after it
+        choices = PlanChoices(placement=placement, recompute=recompute, schedules=schedules.strip().lower())
         if output is not None and output.is_dir():
             raise PlanError(f"output {output} is a folder: give a file path for the plan JSON", subject="output")
-        choices = PlanChoices(placement=placement, recompute=recompute)
         with progress_printer(enabled=not as_json) as progress:
             settings = Settings(workers=jobs, ray_address=ray, results=results, fixed=fixed, progress=progress)
             try:
@@ -244,8 +251,7 @@ def configure_command(
             write_chosen(outcome, output, workload, cluster, choices)
         write_run_html(html, outcome, workload, cluster, choices)
         if export_dir is not None:  # every line of it on stderr: stdout is the table or the JSON
-            exported = export_plan(outcome.chosen, export_dir, workload, cluster,
-                                   choices, torchtitan)
+            exported = export_plan(outcome.chosen, export_dir, workload, cluster, choices, torchtitan)
             print("\n".join(exported.lines(export_dir)), file=sys.stderr)
     if as_json:
         print(json.dumps(outcome.table(), allow_nan=False))

@@ -16,6 +16,7 @@ from ...search.options import SearchOptions
 from .cluster import Cluster
 from .cost import PlanChoices
 from .evaluate import bound_shape, evaluate_shape
+from .family import check_schedules
 from .outcome import Outcome
 from .search import Settings, ShapeJobs, search_shapes
 from .shape import Space
@@ -34,7 +35,8 @@ def shape_jobs(choices: PlanChoices = PlanChoices()) -> ShapeJobs[ShapeBound, Sh
 def configure(workload: Workload, cluster: Cluster, space: Space = Space(), choices: PlanChoices = PlanChoices(),
               options: SearchOptions = SearchOptions(time_limit=DEFAULT_SHAPE_SECONDS),
               settings: Settings = Settings()) -> Outcome[ShapeResult]:
-    """The best plan found for `workload` on `cluster` over the shapes of `space`, with every shape's fate
+    """The best plan found for `workload` on `cluster` over the shapes of `space` (every shape's plan from the
+    schedules `choices.schedules` allows: all, or the 1F1B family alone, family.py), with every shape's fate
     (solved, pruned, refused, failed) and the certificate: under the cost model no shape of the space is more
     than `certificate.gap` faster than the chosen plan. `options.time_limit` is the most promising shape's
     joint-search time (others get less, search.py's TIME RULE); `settings`: workers, Ray, the results file,
@@ -43,12 +45,14 @@ def configure(workload: Workload, cluster: Cluster, space: Space = Space(), choi
     Raises
     ------
     PlanError
-        A workload, cluster or space no shape fits (the message names the field and the fix), a results file
-        of other arguments, an unreachable Ray address.
+        A workload, cluster or space no shape fits (the message names the field and the fix), a schedule set
+        other than all and 1f1b-family (or a placement or recompute outside the family), a results file of
+        other arguments, an unreachable Ray address.
     """
     workload.check()
     cluster.check()
     space.check()
+    check_schedules(choices.schedules, choices.placement, choices.recompute)
     # A measured profile is named by its path in the workload: its content goes into the results file's
     # fingerprint too, so a file remeasured under the same name never reuses the old results.
     contents = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in workload.measured}

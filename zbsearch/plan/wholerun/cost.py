@@ -45,7 +45,8 @@ class PlanChoices:
     search chooses placement (among those the layers fill), split and recompute (per layer, every microbatch
     alike: what torchtitan and Megatron-LM run). `mem_limit` None: the GPU's capacity less `headroom` (the
     allocator's and NCCL's buffers) as a byte count, which caps static bytes and activations together on
-    every split (`auto` would first check the static bytes of the profiler's own split)."""
+    every split (`auto` would first check the static bytes of the profiler's own split). `schedules`: all (the
+    joint search) or 1f1b-family (the baseline of family.py: 1F1B and interleaved 1F1B only)."""
 
     mem_limit: str | None = None
     placement: str = "auto"
@@ -53,6 +54,7 @@ class PlanChoices:
     recompute: str = "auto-layers"
     headroom: float = DEFAULT_HEADROOM
     allow_param_copies: bool = False
+    schedules: str = "all"
 
 
 @dataclass(frozen=True)

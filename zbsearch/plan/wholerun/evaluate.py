@@ -11,14 +11,16 @@ from dataclasses import replace
 
 from ...core.errors import (InfeasibleError, MemoryLimitError, PartitionError, PlanError, ProfilerError,
     ZbsearchError)
+from ...core.ir import Schedule
+from ...core.memory import MemoryLimit
 from ...core.planned_profile import for_plan
 from ...search.entry.find_plan import find_plan
 from ...search.options import SearchOptions
-from ...search.solve.report import SolveResult
 from ...sim.validate import check
 from .bound import least_need, pipeline_bound
 from .cluster import Cluster
 from .cost import PlanChoices, ShapeCosts, shape_costs
+from .family import best_family_plan, check_schedules, single_levels
 from .shape_result import ShapeBound, ShapeResult
 from .shape import RunShape
 from .single import best_single, single_rank, single_step
@@ -89,6 +91,9 @@ def evaluate_shape(workload: Workload, cluster: Cluster, shape: RunShape, option
     t0 = time.monotonic()
     try:
         costs = shape_costs(workload, cluster, shape, choices)
+        if choices.schedules != "all":
+            check_schedules(choices.schedules, choices.placement, choices.recompute)
+            return _family_result(costs, t0)
         if shape.p == 1:
             return _single_result(costs, t0)
         result = find_plan(costs.profile, costs.request, options)
@@ -96,7 +101,23 @@ def evaluate_shape(workload: Workload, cluster: Cluster, shape: RunShape, option
         return ShapeResult(shape, "refused", _line(exc), seconds=time.monotonic() - t0)
     except ZbsearchError as exc:
         return ShapeResult(shape, "failed", _line(exc), seconds=time.monotonic() - t0)
-    return _solved(costs, result, t0)
+    return _solved(costs, result.schedule, result.problem.limit, result.lower_bound, str(result.status), t0)
+
+
+def _family_result(costs: ShapeCosts, t0: float) -> ShapeResult:
+    """The best 1F1B-family plan of the shape (family.py), its own step as its bound (the family is
+    enumerated whole); without pipelining, recompute none where it fits, else full."""
+    if costs.shape.p == 1:
+        refusal: InfeasibleError | None = None
+        for each in single_levels(costs):
+            try:
+                return _single_result(each, t0)
+            except InfeasibleError as exc:
+                refusal = exc
+        assert refusal is not None
+        raise refusal
+    best = best_family_plan(costs)
+    return _solved(costs, best.schedule, best.limit, None, "1f1b-family: best of the family", t0)
 
 
 def _single_result(costs: ShapeCosts, t0: float) -> ShapeResult:
@@ -109,11 +130,12 @@ def _single_result(costs: ShapeCosts, t0: float) -> ShapeResult:
         solver_status="optimal", seconds=time.monotonic() - t0))
 
 
-def _solved(costs: ShapeCosts, result: SolveResult, t0: float) -> ShapeResult:
-    """The result of a plan find_plan returned: validated on the profile as planned, then costed."""
-    schedule = result.schedule
+def _solved(costs: ShapeCosts, schedule: Schedule, limit: MemoryLimit, pipeline_bound: float | None, status: str,
+            t0: float) -> ShapeResult:
+    """The result of a plan (find_plan's, with its bound on the makespan; or one whose own step is the bound,
+    `pipeline_bound` None): validated on the profile as planned, then costed."""
     planned = for_plan(costs.profile, schedule)
-    report = check(schedule, planned, result.problem.limit)
+    report = check(schedule, planned, limit)
     if not report.ok or report.timeline is None:
         return ShapeResult(costs.shape, "failed", "the plan found does not validate: " + "; ".join(report.problems),
                            seconds=time.monotonic() - t0)
@@ -123,12 +145,13 @@ def _solved(costs: ShapeCosts, result: SolveResult, t0: float) -> ShapeResult:
     split = schedule.plan.split
     names = split.chunks if split is not None else ()
     route = schedule.placement.routes[0]
-    return _metrics(costs, step, step_bound(costs, result.lower_bound), ShapeResult(
+    bound = step.step_us if pipeline_bound is None else step_bound(costs, pipeline_bound)
+    return _metrics(costs, step, bound, ShapeResult(
         costs.shape, "solved", timing=step, bubble_fraction=timeline.bubble_rate_makespan,
         peak_bytes=tuple(static[r] + timeline.peak_memory(r) for r in range(schedule.num_ranks)),
         capacity_bytes=costs.capacity_bytes, placement=schedule.placement.name, schedule_name=schedule.name,
         layers_per_chunk=tuple(len(names[c]) for c in route) if names else (), split=tuple(names),
-        recompute=dict(schedule.plan.levels), plan=schedule.to_dict(), solver_status=str(result.status),
+        recompute=dict(schedule.plan.levels), plan=schedule.to_dict(), solver_status=status,
         seconds=time.monotonic() - t0))
 
 
