@@ -99,3 +99,32 @@ def test_bad_schedule_choices_are_refused_naming_the_field(schedules: str, place
     with pytest.raises(PlanError) as caught:
         check_schedules(schedules, placement, recompute)
     assert caught.value.subject == subject
+
+
+@pytest.mark.parametrize("shape", [RunShape(1, 2, 4, 1, 4, "fsdp"), RunShape(1, 4, 2, 1, 8, "zero1"),
+                                   RunShape(2, 2, 2, 1, 6, "fsdp-reshard")], ids=RunShape.label)
+def test_every_schedule_is_never_slower_than_the_1f1b_family_on_any_shape(shape: RunShape) -> None:
+    # m a multiple of p: interleaved 1F1B applies, on a placement the joint search does not try; the search over
+    # every schedule keeps the family's plan where it is faster, with the joint search's bound.
+    family, every = _evaluate(shape), _evaluate(shape, PlanChoices())
+    assert family.status == every.status == "solved", (family.reason, every.reason)
+    assert every.step <= family.step * (1 + 1e-12)
+    assert every.bound <= every.step * (1 + 1e-9) and every.bound <= family.step * (1 + 1e-9)
+
+
+def test_a_slower_joint_plan_gives_way_to_the_family_and_keeps_its_bound() -> None:
+    import time
+    from dataclasses import replace
+
+    from zbsearch.plan.wholerun.cost import shape_costs
+    from zbsearch.plan.wholerun.evaluate import _with_family
+
+    shape = RunShape(2, 2, 2, 1, 6, "fsdp-reshard")
+    joint = _evaluate(shape, PlanChoices())
+    assert joint.timing is not None
+    slow = replace(joint, timing=replace(joint.timing, makespan_us=joint.timing.makespan_us * 10))
+    costs = shape_costs(Workload(LLAMA, 12), CLUSTER, shape, PlanChoices())
+    kept = _with_family(costs, PlanChoices(), slow, time.monotonic())
+    assert kept.schedule_name in FAMILY and kept.step < slow.step
+    assert kept.step_bound_us == slow.step_bound_us  # the joint search's bound: it holds for every plan
+    assert _with_family(costs, PlanChoices(), joint, time.monotonic()) is joint

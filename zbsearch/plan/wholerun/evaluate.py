@@ -101,7 +101,24 @@ def evaluate_shape(workload: Workload, cluster: Cluster, shape: RunShape, option
         return ShapeResult(shape, "refused", _line(exc), seconds=time.monotonic() - t0)
     except ZbsearchError as exc:
         return ShapeResult(shape, "failed", _line(exc), seconds=time.monotonic() - t0)
-    return _solved(costs, result.schedule, result.problem.limit, result.lower_bound, str(result.status), t0)
+    joint = _solved(costs, result.schedule, result.problem.limit, result.lower_bound, str(result.status), t0)
+    return _with_family(costs, choices, joint, t0)
+
+
+def _with_family(costs: ShapeCosts, choices: PlanChoices, joint: ShapeResult, t0: float) -> ShapeResult:
+    """The joint search's plan, or the shape's best 1F1B-family plan where that is faster: every schedule
+    includes the family, and the family is cheap to enumerate (simulated), so a search over every schedule
+    is never slower than the family on any shape (the joint search's placements leave the looped one out).
+    The bound stays the joint search's: it holds for every plan of the shape."""
+    try:
+        check_schedules("1f1b-family", choices.placement, choices.recompute)
+        best = best_family_plan(costs)
+    except ZbsearchError:  # the asked placement or recompute is outside the family, or no family plan fits
+        return joint
+    family = _solved(costs, best.schedule, best.limit, None, "1f1b-family plan, faster than the joint search's", t0)
+    if family.status != "solved" or family.step >= joint.step:
+        return joint
+    return replace(family, step_bound_us=joint.step_bound_us)
 
 
 def _family_result(costs: ShapeCosts, t0: float) -> ShapeResult:
