@@ -23,7 +23,10 @@ from .shape import Space
 from .shape_result import ShapeBound, ShapeResult
 from .workload import Workload
 
-DEFAULT_SHAPE_SECONDS = 20.0  # the joint search's time on the most promising shape (search.py's TIME RULE)
+DEFAULT_SHAPE_SECONDS = 20.0
+# Goes into the results file's fingerprint: raise it when a shape's evaluation changes, so that results files
+# written by the older code are refused rather than mixed in (2: every schedule keeps the 1F1B family's plan).
+COST_MODEL_VERSION = 2  # the joint search's time on the most promising shape (search.py's TIME RULE)
 
 
 def shape_jobs(choices: PlanChoices = PlanChoices()) -> ShapeJobs[ShapeBound, ShapeResult]:
@@ -56,5 +59,6 @@ def configure(workload: Workload, cluster: Cluster, space: Space = Space(), choi
     # A measured profile is named by its path in the workload: its content goes into the results file's
     # fingerprint too, so a file remeasured under the same name never reuses the old results.
     contents = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in workload.measured}
-    settings = replace(settings, arguments={**settings.arguments, "measured": contents})
+    settings = replace(settings, arguments={**settings.arguments, "measured": contents,
+                                            "cost_model_version": COST_MODEL_VERSION})
     return search_shapes(workload, cluster, space, shape_jobs(choices), options, settings)
