@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
@@ -158,6 +160,20 @@ def parse_current(text: str, workload: Workload, gpus: int) -> RunShape:
     return RunShape(t, p, d, b, m, values.get("sharding", "fsdp" if d > 1 else "ddp"), values["ep"])
 
 
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's kill, `timeout`) stops the search as Ctrl-C does, so that its pool's worker
+    processes are ended too and the finished shapes stay in the results file."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _workload(model: str, given: dict[str, Any], global_batch: int, mfu: float,
               measured: tuple[str, ...] = ()) -> Workload:
     shape, preset = resolve_shape(model, {k: v for k, v in given.items() if v is not None})
@@ -237,7 +253,7 @@ def configure_command(
         choices = PlanChoices(placement=placement, recompute=recompute, schedules=schedules.strip().lower())
         if output is not None and output.is_dir():
             raise PlanError(f"output {output} is a folder: give a file path for the plan JSON", subject="output")
-        with progress_printer(enabled=not as_json) as progress:
+        with progress_printer(enabled=not as_json) as progress, _terminate_as_interrupt():
             settings = Settings(workers=jobs, ray_address=ray, results=results, fixed=fixed, progress=progress)
             try:
                 outcome = configure(workload, cluster, space, choices,
