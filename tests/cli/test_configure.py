@@ -123,3 +123,17 @@ def test_the_1f1b_family_baseline_plans_every_shape_with_1f1b_or_interleaved_1f1
     assert table["ranked"] and table["certificate"] is not None
     assert {r["schedule_name"] for r in table["ranked"]} <= {"1f1b", "interleaved-1f1b"}
     assert all(r["step_bound_us"] == r["timing"]["step_us"] for r in table["ranked"])  # the family enumerated whole
+
+
+def test_plan_refuses_a_micro_batch_its_profile_was_not_made_for(tmp_path: Path) -> None:
+    profile = tmp_path / "llama.json"
+    made = runner.invoke(app, ["profile", "--estimate", "--gpu", "h100", "--model", "llama", "--layers", "4",
+                               "--hidden", "256", "--heads", "4", "--seq", "128", "-p", "2", "-o", str(profile)])
+    assert made.exit_code == 0, made.stderr
+    result = runner.invoke(app, ["plan", "--profile", str(profile), "--global-batch", "16", "--dp", "2",
+                                 "--micro-batch", "2", "--mem-limit", "none"])
+    message = one_line_error(result)
+    assert "--micro-batch 2" in message and "made for microbatches of 1" in message
+    ok = runner.invoke(app, ["plan", "--profile", str(profile), "--global-batch", "16", "--dp", "2",
+                             "--micro-batch", "1", "--mem-limit", "none"])
+    assert ok.exit_code == 0, ok.stderr

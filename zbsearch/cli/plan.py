@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import PlanError
+from ..core.profile import Profile
 from ..plan.closed_forms import (CLOSED_FORM, FRACTION_CONVENTION, MEMORY_CONVENTION, RATIO_CONVENTION,
     check_objective)
 from ..plan.microbatches import check_target
@@ -62,6 +63,16 @@ def _microbatches(m: int | None, global_batch: int | None, dp: int | None, micro
                         "m = global batch / (dp x micro-batch)")
     derived = microbatches_from_batch(global_batch, dp, micro_batch)
     return derived, f"--global-batch {global_batch} / (dp {dp} x micro-batch {micro_batch})"
+
+
+def _check_micro_batch(prof: Profile, micro_batch: int | None) -> None:
+    """A profile's times and memory are those of the microbatch it was made for: planning another size with
+    them would recommend a plan that does not fit (issue 41). Whole-run planning costs each size as itself."""
+    made = (prof.details.get("model") or {}).get("micro_batch")
+    if micro_batch is not None and isinstance(made, int) and micro_batch != made:
+        raise PlanError(f"--micro-batch {micro_batch}: profile {prof.label} was made for microbatches of {made} "
+                        f"sequences, and its times and memory are theirs: give --micro-batch {made}, profile the model "
+                        f"again with --micro-batch {micro_batch}, or plan every size with zbsearch configure")
 
 
 def _pct(x: float) -> str:
@@ -177,6 +188,7 @@ def plan_command(
     if p is not None and p < 2:
         raise PlanError(f"pipelining needs at least 2 ranks, got -p {p}: use -p 2 or more (one rank has no bubble)")
     prof = load_cli_profile(profile, uniform, p, m_value, uniform_memory)
+    _check_micro_batch(prof, micro_batch)
     if m_value is None:
         m_source = "the profile's microbatches" if profile is not None else "default 2p"
     limit = parse_limit(mem_limit, prof)
