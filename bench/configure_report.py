@@ -201,7 +201,8 @@ def write_report(cases: Sequence[Case], work: Path) -> None:
              "Certificate: under the cost model no shape of the space (of the 1F1B family, for its row) is more "
              "than that much faster than the row's plan. vs chosen: tokens/s/GPU against the chosen plan's.", "",
              "Rows: *chosen*, `configure` over every schedule (the joint search per shape: placement linear or V, "
-             "split, schedule, recompute per layer); *best 1F1B-family*, `configure --schedules 1f1b-family` over the "
+             "split, schedule, recompute per layer; or the shape's best 1F1B-family plan where that is faster, "
+             "so never slower than the family on any shape); *best 1F1B-family*, `configure --schedules 1f1b-family` over the "
              "same shapes (per shape the best of 1F1B and interleaved 1F1B, v 2-4, at an even or balanced split "
              "with recompute none or full, enumerated whole and simulated, docs/whole-run.md: its certificate is 0 by "
              "construction, every shape whose bound is below its plan being evaluated exactly); *torchtitan*, the "
