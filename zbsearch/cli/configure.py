@@ -18,6 +18,7 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 
 from ..core.errors import PlanError
+from ..core.memory import size_bytes
 from ..interop.formats.torchtitan import resolve_version
 from ..plan.wholerun.cluster import make_cluster
 from ..plan.wholerun.cost import PlanChoices
@@ -193,12 +194,10 @@ def _space(tp: Optional[IntList], pp: Optional[IntList], micro_batch: Optional[I
 def _gpu_memory(text: Optional[str]) -> float | None:
     if text is None:
         return None
-    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-             "tib": 2**40}
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:e\d+)?)\s*([kmgt]i?b|b)?\s*", text, re.I)
-    if not match:
+    sized = size_bytes(text)
+    if sized is None:
         raise PlanError(f"GPU memory {text!r} is not a size: write e.g. 80GB or 96GiB", subject="gpu_memory")
-    return float(match.group(1)) * units[(match.group(2) or "").lower()]
+    return sized[0]
 
 
 def register(app: typer.Typer) -> None:

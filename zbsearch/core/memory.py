@@ -67,6 +67,19 @@ class MemoryLimit:
         return tuple(x / profile.stage_mem_B(r) for r, x in enumerate(self.per_rank))
 
 
+def size_bytes(text: str) -> tuple[float, str] | None:
+    """`48GiB`, `40GB`, `1e9` as (bytes, the unit as written back to the user); None when `text` is no size.
+
+    >>> size_bytes("48GiB"), size_bytes("80 gb"), size_bytes("2p")
+    ((51539607552.0, 'GiB'), (80000000000.0, 'GB'), None)
+    """
+    m = _SIZE_RE.match(text)
+    if m is None:
+        return None
+    unit = (m.group(2) or "").lower()
+    return float(m.group(1)) * _UNITS[unit], _UNIT_NAMES[unit]
+
+
 def no_limit(profile: Profile) -> MemoryLimit:
     return MemoryLimit("none", (math.inf,) * profile.num_stages)
 
@@ -89,10 +102,9 @@ def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | N
         return MemoryLimit(s, tuple(factor * p * profile.stage_mem_B(r) for r in range(p)), P_UNIT)
     if s.lower() == "auto":
         return _auto(profile, placement if placement is not None else linear(p), headroom)
-    m = _SIZE_RE.match(s)
-    if m:
-        unit = (m.group(2) or "").lower()
-        size = float(m.group(1)) * _UNITS[unit]
+    sized = size_bytes(s)
+    if sized is not None:
+        size, unit = sized
         if size <= 0:
             raise MemoryLimitError(f"memory limit {text!r} must be positive", subject="mem_limit")
         if profile.memory_unit != "bytes":
@@ -101,8 +113,8 @@ def parse_mem_limit(text: str | None, profile: Profile, placement: Placement | N
                 "relative units: use a multiple of p such as 1p or 2p", subject="mem_limit")
         if profile.partition is not None:
             return MemoryLimit(s, tuple(size - (profile.stages[r].static_bytes or 0.0) for r in range(p)),
-                               _UNIT_NAMES[unit], includes_static=True)
-        return MemoryLimit(s, (size,) * p, _UNIT_NAMES[unit])
+                               unit, includes_static=True)
+        return MemoryLimit(s, (size,) * p, unit)
     raise MemoryLimitError(
         f"memory limit {text!r} is not understood: use a multiple of p (1p, 2p, 1.5p), a size "
         "(48GiB, 40GB, 1000000000), auto or none", subject="mem_limit")
