@@ -4,13 +4,14 @@ the optimizer, by the overlap rules, and never below the step's bound over every
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from zbsearch.plan.wholerun.cluster import make_cluster
 from zbsearch.plan.wholerun.cost import shape_costs
 from zbsearch.plan.wholerun.shape import RunShape
-from zbsearch.plan.wholerun.step import StepTime, rank_layers, step_bound, step_time
+from zbsearch.plan.wholerun.step import StepTime, rank_layers, step_bound, step_time, sync_bound
 from zbsearch.plan.wholerun.workload import Workload
 from zbsearch.profiling.request import LlamaShape
 from zbsearch.search.entry.find_plan import find_plan
@@ -61,3 +62,21 @@ def test_the_step_round_trips_through_json(solved) -> None:
     costs, result = solved
     step = step_time(costs, result.schedule)
     assert StepTime.from_dict(json.loads(json.dumps(step.to_dict()))) == step
+
+
+def test_zero2_syncs_bound_the_step_where_the_link_is_slow() -> None:
+    """zero2 reduce-scatters the gradients every microbatch: on a slow data-parallel link they outlast the
+    pipeline, and the step bound must see them (it once counted one layer's final sync only, 2.6x below a
+    Mixtral plan), yet stay below the step of plans on every split the search tries."""
+    slow = make_cluster("h100", 8, 2, inter_gbps=1.0)
+    costs = shape_costs(Workload(LLAMA, global_batch=8), slow, RunShape(1, 2, 4, 1, 2, "zero2"))
+    result = find_plan(costs.profile, costs.request, QUICK)
+    step = step_time(costs, result.schedule)
+    bound = step_bound(costs, result.lower_bound)
+    assert sync_bound(costs) > result.objective  # the syncs outlast the pipeline here
+    assert bound <= step.step_us * (1 + 1e-9)
+    assert bound >= 0.5 * step.step_us  # the sync's total over the ranks, averaged: within 2x
+    for counts in ((1, 5), (3, 3), (5, 1)):  # other splits: their plans' steps are no faster than the bound
+        fixed = replace(costs.request, partition=f"fixed:{','.join(map(str, counts))}", placement="linear")
+        other = find_plan(costs.profile, fixed, QUICK)
+        assert bound <= step_time(costs, other.schedule).step_us * (1 + 1e-9)

@@ -23,10 +23,11 @@ from .shape import Space
 from .shape_result import ShapeBound, ShapeResult
 from .workload import Workload
 
-DEFAULT_SHAPE_SECONDS = 20.0
+DEFAULT_SHAPE_SECONDS = 20.0  # the joint search's time on the most promising shape (search.py's TIME RULE)
 # Goes into the results file's fingerprint: raise it when a shape's evaluation changes, so that results files
-# written by the older code are refused rather than mixed in (2: every schedule keeps the 1F1B family's plan).
-COST_MODEL_VERSION = 2  # the joint search's time on the most promising shape (search.py's TIME RULE)
+# written by the older code are refused rather than mixed in (2: every schedule keeps the 1F1B family's plan;
+# 3: the step bound counts zero2's per-microbatch syncs, step.sync_bound).
+COST_MODEL_VERSION = 3
 
 
 def shape_jobs(choices: PlanChoices = PlanChoices()) -> ShapeJobs[ShapeBound, ShapeResult]:

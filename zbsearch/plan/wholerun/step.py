@@ -16,7 +16,7 @@ step = makespan + max_r exposed start + max_r exposed end + max_r optimizer. Tim
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 from ...core.errors import PlanError
@@ -128,18 +128,21 @@ def timeline_step(costs: ShapeCosts, schedule: Schedule, timeline: Timeline) -> 
 def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
     """A lower bound on the step of every plan of the shape (every split, placement, schedule and recompute
     choice), under this cost model; `pipeline_bound` bounds the makespan of every such plan (the joint
-    search's bound over every split and recompute choice). The step is a sum of four terms, so the sum of
-    lower bounds on each is one:
+    search's bound over every split and recompute choice). The step is the makespan plus the exposed end
+    (together, the latest end of any rank's work or sync), the exposed start and the optimizer, so the sum of
+    lower bounds on the three is one:
 
-    - makespan >= max(pipeline_bound, m x (F + B + W of every layer) / p): the p ranks run every pass of
-      the m microbatches one at a time, each pass at least as profiled (recompute only adds time; a fused
-      backward counts at its own time where shorter), so some rank is busy at least the average.
+    - makespan + exposed end >= max(pipeline_bound, m x (F + B + W of every layer) / p) + the least final sync
+      of any one layer: the p ranks run every pass of the m microbatches one at a time, each pass at least as
+      profiled (recompute only adds time; a fused backward counts at its own time where shorter), so some
+      rank is busy at least the average; the rank whose last pass ends at the makespan has no idle tail and
+      pays its whole final sync, which moves at least the bytes of one of its layers.
+    - makespan + exposed end >= every rank's first gradient + its syncs that run from then (zero2's
+      per-microbatch reduce-scatters, one link, one at a time) + its final sync (sync_bound).
     - exposed start >= the start gather of the first layer alone: some pass starts at time 0, and only a
       forward of a route's first chunk waits for nothing, so a rank holding the first layer starts at 0
       and pays its whole gather, which moves at least that layer's bytes (a collective's time grows with
       its bytes).
-    - exposed end >= the least final sync of any one layer: the rank whose last pass ends at the makespan
-      has no idle tail and pays its whole final sync, which moves at least the bytes of one of its layers.
     - optimizer >= the larger of its total over the model / p (the ranks together update every parameter,
       and the slowest rank takes at least the average) and its time on the heaviest layer (some rank
       holds it).
@@ -151,4 +154,24 @@ def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
     work = math.fsum(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
     each = [costs.traffic([layer.name]) for layer in layers]
     optimizer = max(math.fsum(x.optimizer for x in each) / p, max(x.optimizer for x in each))
-    return max(pipeline_bound, m * work / p) + each[0].start + min(x.final for x in each) + optimizer
+    busy = max(pipeline_bound, m * work / p) + min(x.final for x in each)
+    return max(busy, sync_bound(costs)) + each[0].start + optimizer
+
+
+def sync_bound(costs: ShapeCosts) -> float:
+    """A lower bound on the latest end of any rank's syncs, over every split: a rank's syncs start no earlier
+    than its first gradient, which needs a forward, backward and weight pass of at least one layer, and take
+    mid + final of the parameters it holds. Some rank holds the heaviest layer, and some rank holds at least
+    the average share of the parameters (every layer is on some rank; a placement with two model copies
+    holds them twice): a collective's time grows with its bytes, and its bandwidth term is linear in them,
+    so the average share's bandwidth term (no latency: a rank may hold no routed experts) bounds the
+    largest rank's."""
+    layers = costs.profile.layers or ()
+    first_gradient = min(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    each = [costs.traffic([layer.name]) for layer in layers]
+    heaviest = max(x.mid + x.final for x in each)
+    dp, p = costs.data_parallel, costs.shape.p
+    bandwidth_only = replace(dp, link=replace(dp.link, latency_us=0.0))
+    share = bandwidth_only.traffic(math.fsum(x.dense for x in costs.params) / p,
+                                   math.fsum(x.expert for x in costs.params) / p)
+    return first_gradient + max(heaviest, share.mid + share.final)
