@@ -6,18 +6,25 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from zbsearch.cli import configure as configure_cli
+from zbsearch.cli import configure_page, configure_table
 from zbsearch.cli.app import app
+from zbsearch.core.errors import ScheduleError
 from zbsearch.core.ir import Schedule
 from zbsearch.core.planned_profile import for_plan
+from zbsearch.plan.wholerun import chosen as chosen_module
+from zbsearch.plan.wholerun import exports
 from zbsearch.plan.wholerun.cluster import make_cluster
 from zbsearch.plan.wholerun.cost import shape_costs
 from zbsearch.plan.wholerun.shape import RunShape
 from zbsearch.plan.wholerun.workload import Workload
 from zbsearch.profiling.request import LlamaShape
+from zbsearch.sim import validate
 from zbsearch.sim.validate import check
 
 runner = CliRunner()
@@ -114,6 +121,39 @@ def test_export_dir_writes_the_chosen_plan_for_both_trainers_and_an_unwritable_o
     message = one_line_error(invoke(*TINY, "--pp", "1", "--export-dir", tmp_path / "a-file" / "run"))
     assert "--export-dir" in message and "cannot write the exports" in message
     assert one_line_error(invoke(*TINY, "--torchtitan", "0.9", "--export-dir", tmp_path)).startswith("error: --torchtitan")
+
+
+def test_one_run_validates_the_chosen_plan_once_for_all_the_files_it_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-o, --html and --export-dir together rebuild and validate the chosen plan once (chosen_plan), not once
+    per file: the validator is counted in every module on the way from the search's end to the files (set
+    even where a module does not import it now, so that a writer that checks again is counted too). A chosen
+    plan that does not validate is an internal error (exit 3), and no file is written."""
+    calls: list[str] = []
+
+    def counted(schedule: Schedule, *args: Any, **kwargs: Any) -> validate.ValidationReport:
+        calls.append(schedule.name)
+        return validate.check(schedule, *args, **kwargs)
+
+    for module in (configure_cli, configure_table, configure_page, chosen_module, exports):
+        monkeypatch.setattr(module, "check", counted, raising=False)
+    monkeypatch.setattr(configure_page, "quality_of", lambda *args, **kwargs: None)  # its searches: not the test's
+    plan, page, run, results = tmp_path / "plan.json", tmp_path / "run.html", tmp_path / "run", tmp_path / "r.jsonl"
+    args = [*TINY, "--pp", "2", "--results", results, "--json"]
+    result = invoke(*args, "-o", plan, "--html", page, "--export-dir", run)
+    assert result.exit_code == 0, result.stderr
+    assert Schedule.load(plan).to_dict() == json.loads(result.stdout)["chosen"]["plan"]
+    assert 'id="timeline"' in page.read_text() and (run / "schedule.json").read_text() == plan.read_text()
+    assert len(calls) == 1, calls
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ScheduleError("the chosen plan does not validate", subject="chosen")
+
+    monkeypatch.setattr(configure_cli, "chosen_plan", broken)
+    again = [tmp_path / "again.json", tmp_path / "again.html", tmp_path / "again"]
+    failed = invoke(*args, "-o", again[0], "--html", again[1], "--export-dir", again[2])  # the results reused
+    assert failed.exit_code == 3 and failed.stderr.startswith("internal error: the chosen plan"), failed.stderr
+    assert not any(path.exists() for path in again)
 
 
 def test_the_1f1b_family_baseline_plans_every_shape_with_1f1b_or_interleaved_1f1b() -> None:

@@ -17,17 +17,22 @@ from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
-from ..core.errors import PlanError
+from ..core.errors import PlanError, ScheduleError
 from ..core.memory import size_bytes
 from ..interop.formats.torchtitan import resolve_version
-from ..plan.wholerun.cluster import make_cluster
+from ..plan.wholerun.chosen import ChosenPlan, chosen_plan
+from ..plan.wholerun.cluster import Cluster, make_cluster
 from ..plan.wholerun.cost import PlanChoices
+from ..plan.wholerun.exports import export_chosen
+from ..plan.wholerun.outcome import Outcome
 from ..plan.wholerun.shape import SHARDINGS, RunShape, Space
+from ..plan.wholerun.shape_result import ShapeResult
 from ..plan.wholerun.workload import DEFAULT_RUN_MFU, Workload
 from ..profiling.hardware import GPUS
 from ..profiling.presets import PRESETS, resolve_shape
 from ..profiling.request import GptShape
 from .configure_page import HtmlRunOpt, write_run_html
+from .configure_table import progress_printer, render_outcome, write_chosen
 from .console import print_error, stdout_console
 from .options import JsonOpt, SeedOpt, flags_for
 from .params import IntList, count_list_parser
@@ -200,6 +205,31 @@ def _gpu_memory(text: Optional[str]) -> float | None:
     return sized[0]
 
 
+def _chosen(result: ShapeResult | None, workload: Workload, cluster: Cluster,
+            choices: PlanChoices) -> ChosenPlan | None:
+    """The chosen plan rebuilt and validated once for every file the run writes (None: no shape gave one).
+    A plan the search chose that does not validate is a bug, not a user error: exit 3, nothing written."""
+    if result is None:
+        return None
+    try:
+        return chosen_plan(result, workload, cluster, choices)
+    except ScheduleError as exc:
+        print(f"internal error: {exc}", file=sys.stderr)
+        raise SystemExit(3) from None
+
+
+def _write_outputs(plan: ChosenPlan | None, outcome: Outcome[ShapeResult], workload: Workload, cluster: Cluster,
+                   output: Optional[Path], html: Optional[Path], export_dir: Optional[Path],
+                   torchtitan: Optional[str]) -> None:
+    """The files asked for, in order: the schedule (-o), the page (--html), the trainers' (--export-dir)."""
+    if output is not None:
+        write_chosen(plan, output)
+    write_run_html(html, outcome, workload, cluster, plan)
+    if export_dir is not None:  # every line of it on stderr: stdout is the table or the JSON
+        exported = export_chosen(plan, export_dir, workload, cluster, torchtitan)
+        print("\n".join(exported.lines(export_dir)), file=sys.stderr)
+
+
 def register(app: typer.Typer) -> None:
     app.command("configure")(configure_command)
 
@@ -233,10 +263,6 @@ def configure_command(
     from ..plan.wholerun.search import Settings
     # defers the search (OR-Tools), as above
     from ..search.options import SearchOptions
-    # defers the search (OR-Tools), as above
-    from .configure_table import progress_printer, render_outcome, write_chosen
-    # defers the search (OR-Tools), as above
-    from ..plan.wholerun.exports import export_plan
 
     given = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn": ffn,
              "head_dim": head_dim, "seq": seq, "vocab": vocab, "dense_layers": dense_layers, "experts": experts,
@@ -262,12 +288,9 @@ def configure_command(
                     else "nothing was kept: give --results FILE to keep finished shapes across runs"
                 print_error(f"interrupted; {kept}")
                 raise typer.Exit(130) from None
-        if output is not None:
-            write_chosen(outcome, output, workload, cluster, choices)
-        write_run_html(html, outcome, workload, cluster, choices)
-        if export_dir is not None:  # every line of it on stderr: stdout is the table or the JSON
-            exported = export_plan(outcome.chosen, export_dir, workload, cluster, choices, torchtitan)
-            print("\n".join(exported.lines(export_dir)), file=sys.stderr)
+        if output is not None or html is not None or export_dir is not None:
+            plan = _chosen(outcome.chosen, workload, cluster, choices)
+            _write_outputs(plan, outcome, workload, cluster, output, html, export_dir, torchtitan)
     if as_json:
         print(json.dumps(outcome.table(), allow_nan=False))
         return

@@ -4,31 +4,26 @@ shapes, the certificate, and the chosen plan's timeline, memory, quality and spl
 
 The path is checked when the flag is read (before the search: a folder that does not exist or a folder
 given as the file is one line, not a lost search), and the page is written atomically, whole, only after
-the search has ended and the chosen plan has validated again on its shape's profile at its limit.
+the search has ended and the chosen plan has validated again on its shape's profile at its limit (once for
+every file the run writes: plan/wholerun/chosen.py).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..core.fileio import write_atomic
-from ..core.ir import Schedule
-from ..core.memory import parse_mem_limit
-from ..core.objective import Objective
-from ..core.planned_profile import for_plan
+from ..plan.wholerun.chosen import ChosenPlan
 from ..plan.wholerun.cluster import Cluster
-from ..plan.wholerun.cost import PlanChoices, shape_costs
 from ..plan.wholerun.outcome import Outcome
 from ..plan.wholerun.shape_result import ShapeResult
 from ..plan.wholerun.workload import Workload
 from ..report.configure_data import RunFacts
-from ..report.configure_html import ChosenPlan, run_page
+from ..report.configure_html import ChosenPlan as PagePlan, run_page
 from ..report.quality import quality_of
-from ..sim.validate import check
 from .options import OUTPUT_PANEL
 from .report import DEFAULT_TIME_LIMIT, check_output
 
@@ -53,31 +48,21 @@ def run_facts(workload: Workload, cluster: Cluster) -> RunFacts:
                     cluster.gpus, cluster.gpu)
 
 
-def chosen_plan(outcome: Outcome[ShapeResult], workload: Workload, cluster: Cluster, choices: PlanChoices,
-                time_limit: float = DEFAULT_TIME_LIMIT) -> ChosenPlan | None:
-    """The chosen plan validated again on its shape's profile (as planned: its split and recompute) at the
-    limit it records, with its quality figures (quality_of's two short searches); None without a pipeline
-    or a plan."""
-    chosen = outcome.chosen
-    if chosen is None or chosen.plan is None or chosen.shape.p == 1:
+def page_plan(plan: ChosenPlan | None, time_limit: float = DEFAULT_TIME_LIMIT) -> PagePlan | None:
+    """The page's plan sections: the chosen plan's timeline and limit as validated when it was rebuilt
+    (chosen.chosen_plan) with its quality figures (quality_of's two short searches, for the page alone);
+    None without a pipeline or a plan."""
+    if plan is None or plan.timeline is None:
         return None
-    schedule = Schedule.from_dict(chosen.plan)
-    costs = shape_costs(workload, cluster, chosen.shape, choices)
-    profile = for_plan(costs.profile, schedule)
-    limit = parse_mem_limit(schedule.plan.mem_limit, profile, schedule.placement)
-    report = check(schedule, profile, limit)
-    if not report.ok or report.timeline is None:  # a bug, not a user error: never draw a plan that fails
-        print(f"internal error: the chosen plan failed validation: {report.problems[0]}", file=sys.stderr)
-        raise SystemExit(3)
-    quality = quality_of(report.timeline, limit, Objective.parse(costs.request.objective), time_limit)
-    return ChosenPlan(report.timeline, limit, quality)
+    return PagePlan(plan.timeline, plan.limit, quality_of(plan.timeline, plan.limit, plan.objective, time_limit))
 
 
 def write_run_html(path: Optional[Path], outcome: Outcome[ShapeResult], workload: Workload, cluster: Cluster,
-                   choices: PlanChoices) -> None:
-    """The page of a finished search at `path` (nothing where None), written atomically once whole."""
+                   plan: ChosenPlan | None) -> None:
+    """The page of a finished search at `path` (nothing where None), written atomically once whole;
+    `plan`: the chosen plan, rebuilt and validated (None where no shape gave one)."""
     if path is None:
         return
     check_output(path)
-    page = run_page(run_facts(workload, cluster), outcome.table(), chosen_plan(outcome, workload, cluster, choices))
+    page = run_page(run_facts(workload, cluster), outcome.table(), page_plan(plan))
     write_atomic(path, page)

@@ -5,7 +5,6 @@ file."""
 from __future__ import annotations
 
 import math
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -15,15 +14,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.errors import ScheduleError
-from ..core.ir import Schedule
-from ..core.planned_profile import for_plan
+from ..plan.wholerun.chosen import ChosenPlan
 from ..plan.wholerun.cluster import Cluster
-from ..plan.wholerun.cost import PlanChoices, shape_costs
 from ..plan.wholerun.outcome import Failed, Outcome, SearchProgress
 from ..plan.wholerun.shape import Refused
 from ..plan.wholerun.shape_result import ShapeResult
 from ..plan.wholerun.workload import Workload
-from ..sim.validate import check
 
 GIB = 2**30
 
@@ -124,17 +120,12 @@ def render_outcome(console: Console, outcome: Outcome[ShapeResult], workload: Wo
         console.print(f"certificate: {outcome.certificate.sentence()}")
 
 
-def write_chosen(outcome: Outcome[ShapeResult], path: Path, workload: Workload, cluster: Cluster,
-                 choices: PlanChoices) -> None:
-    """The chosen plan's schedule JSON, validated again on its shape's profile before it is written."""
-    chosen = outcome.chosen
-    if chosen is None or chosen.plan is None:
+def write_chosen(plan: ChosenPlan | None, path: Path) -> None:
+    """The chosen plan's schedule JSON; `plan` was validated on its shape's profile when it was rebuilt
+    (chosen.chosen_plan), once for every file the run writes."""
+    if plan is None:
         raise ScheduleError("no shape gave a plan, so there is no plan file to write", subject="output")
-    schedule = Schedule.from_dict(chosen.plan)
-    if chosen.shape.p > 1:
-        profile = for_plan(shape_costs(workload, cluster, chosen.shape, choices).profile, schedule)
-        report = check(schedule, profile)
-        if not report.ok:  # a bug, not a user error: never write a schedule that fails
-            print(f"internal error: the chosen plan failed validation: {report.problems[0]}", file=sys.stderr)
-            raise SystemExit(3)
-    schedule.save(path)
+    if plan.schedule is None:
+        raise ScheduleError(f"the chosen plan {plan.result.shape.label()} runs without a pipeline, so there is no "
+                            "schedule file to write", subject="output")
+    plan.schedule.save(path)

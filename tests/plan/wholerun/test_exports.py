@@ -11,14 +11,16 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from zbsearch.core.errors import FileError, PlanError
+from zbsearch.core.errors import FileError, PlanError, ScheduleError
 from zbsearch.core.ir import Schedule
 from zbsearch.interop.formats.trainers import expand
+from zbsearch.plan.wholerun.chosen import chosen_plan
 from zbsearch.plan.wholerun.cluster import make_cluster
 from zbsearch.plan.wholerun.configure import configure
 from zbsearch.plan.wholerun.cost import PlanChoices
@@ -105,6 +107,22 @@ def test_the_chosen_plan_exports_its_degrees_modules_and_split_for_both_trainers
     own = megatron_own_order(schedule)
     noted = [n for n in exports.notes if n.startswith(f"Megatron-LM: it runs its own {own.name} order")]
     assert len(noted) == (0 if own.ranks == schedule.ranks else 1)
+
+
+def test_the_chosen_plan_is_validated_once_at_the_limit_it_records(chosen: ShapeResult) -> None:
+    """chosen_plan keeps the timeline and the limit it validated at (the plan's own), fails one line where the
+    plan breaks its limit, and refuses a result without a plan."""
+    plan = chosen_plan(chosen, WORKLOAD, CLUSTER, PlanChoices())
+    recorded = Schedule.from_dict(chosen.plan or {}).plan.mem_limit
+    assert plan.timeline is not None and plan.limit is not None and plan.limit.text == recorded
+    assert plan.planned is plan.timeline.profile and plan.timeline.schedule.to_dict() == chosen.plan
+    record = dict(chosen.plan or {})
+    record["plan"] = {**record["plan"], "mem_limit": "0.01p"}
+    with pytest.raises(ScheduleError) as caught:
+        chosen_plan(replace(chosen, plan=record), WORKLOAD, CLUSTER, PlanChoices())
+    assert "0.01p" in str(caught.value) and "\n" not in str(caught.value) and caught.value.subject == "chosen"
+    with pytest.raises(PlanError):
+        chosen_plan(replace(chosen, status="refused", reason="it does not fit"), WORKLOAD, CLUSTER, PlanChoices())
 
 
 def test_a_shape_without_a_pipeline_gives_no_csv_and_no_pipeline_fields(tmp_path: Path) -> None:

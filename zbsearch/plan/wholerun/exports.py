@@ -32,22 +32,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import FileError, PlanError, ScheduleError, ZbsearchError
+from ...core.errors import FileError, PlanError, ZbsearchError
 from ...core.fileio import write_atomic
 from ...core.ir import BW, F, Schedule, build, linear
-from ...core.partition import split_from_layers
-from ...core.plan_record import PlanRecord, Split
-from ...core.planned_profile import for_plan
-from ...core.profile import Profile
+from ...core.plan_record import PlanRecord
 from ...interop.formats.export import render
-from ...interop.formats.layer_split import split_of
 from ...interop.formats.torchtitan import CHECKED, layout_words, resolve_version, torchtitan_parts
 from ...interop.formats.torchtitan_plan import titan_plan, titan_single
 from ...interop.formats.torchtitan_python import torchtitan_run_python
 from ...interop.formats.trainers import torchtitan_schedule_name
-from ...sim.validate import check
+from .chosen import ChosenPlan, chosen_plan
 from .cluster import Cluster
-from .cost import PlanChoices, shape_costs
+from .cost import PlanChoices
 from .shape_result import ShapeResult
 from .trainer_fit import megatron_line, titan_degrees, titan_notes
 from .workload import Workload
@@ -73,49 +69,6 @@ class Exports:
         """What a command prints: the files written, one line per refused trainer, the notes."""
         return ([f"wrote {', '.join(self.files)} into {folder}"]
                 + [f"{trainer}: not exported: {why}" for trainer, why in self.refused.items()] + list(self.notes))
-
-
-@dataclass(frozen=True)
-class ChosenPlan:
-    """The chosen shape's plan as the exports read it: its result, the profile it was solved on, the
-    schedule (None without pipelining), the layer split, the recompute levels every microbatch runs,
-    the chunks that recompute on some microbatches only, and the bytes a GPU may fill."""
-
-    result: ShapeResult
-    profile: Profile
-    schedule: Schedule | None
-    split: Split
-    levels: dict[str, str]
-    partial: dict[int, list[int]]
-    usable_bytes: float
-
-
-def chosen_plan(result: ShapeResult, workload: Workload, cluster: Cluster, choices: PlanChoices) -> ChosenPlan:
-    """The plan of `result` on its shape's profile, validated there again (as `configure -o` does).
-
-    Raises
-    ------
-    PlanError
-        The result holds no plan.
-    ScheduleError
-        Its schedule does not validate on the profile it was solved on.
-    """
-    if result.status != "solved":
-        raise PlanError(f"shape {result.shape.label()} has no plan ({result.status}: {result.reason}): nothing to "
-                        "export", subject="export_dir")
-    costs = shape_costs(workload, cluster, result.shape, choices)
-    profile, m = costs.profile, result.shape.m
-    if result.plan is None:  # no pipeline: the whole model on one rank (single.py)
-        names = [name for chunk in result.split for name in chunk]
-        split = split_from_layers([names], profile.layers or ())
-        return ChosenPlan(result, profile, None, split, dict(result.recompute), {}, costs.usable_bytes)
-    schedule = Schedule.from_dict(result.plan)
-    report = check(schedule, for_plan(profile, schedule))
-    if not report.ok:
-        raise ScheduleError(f"the chosen plan does not validate on its shape's profile: {report.problems[0]}; "
-                            "nothing exported")
-    levels, partial = schedule.plan.levels_for_every_microbatch(m)
-    return ChosenPlan(result, profile, schedule, split_of(schedule, profile), levels, partial, costs.usable_bytes)
 
 
 def _titan_header(plan: ChosenPlan, version: str, cluster: Cluster) -> str:
@@ -148,7 +101,7 @@ def torchtitan_files(plan: ChosenPlan, workload: Workload, cluster: Cluster, ver
         record = titan_single(plan.split, shape.m, plan.profile, plan.levels)
         layout = None
     else:
-        files[SCHEDULE_CSV] = render(schedule, "torch-csv", for_plan(plan.profile, schedule))
+        files[SCHEDULE_CSV] = render(schedule, "torch-csv", plan.planned)
         # the plan's sharding is the shape's (trainer_fit.py), not its memory kind the plan record holds
         unsharded = replace(schedule, plan=replace(schedule.plan, sharding=None))
         record = titan_plan(unsharded, plan.split, parts, SCHEDULE_CSV, torchtitan_schedule_name(schedule),
@@ -200,7 +153,18 @@ def render_exports(result: ShapeResult, workload: Workload, cluster: Cluster, ch
     ZbsearchError
         An unknown torchtitan version.
     """
-    plan = chosen_plan(result, workload, cluster, choices)
+    return exports_of(chosen_plan(result, workload, cluster, choices), workload, cluster, torchtitan)
+
+
+def exports_of(plan: ChosenPlan, workload: Workload, cluster: Cluster, torchtitan: str | None = None) -> Exports:
+    """Every file of the export of a plan already rebuilt and validated (chosen.chosen_plan), nothing written:
+    a caller that writes the plan out otherwise too validates it once for all its writers.
+
+    Raises
+    ------
+    ZbsearchError
+        An unknown torchtitan version.
+    """
     version, _ = resolve_version(torchtitan)
     by_trainer: dict[str, dict[str, str]] = {}
     refused: dict[str, str] = {}
@@ -258,16 +222,29 @@ def write_exports(exports: Exports, folder: str | Path) -> list[Path]:
 
 def export_plan(result: ShapeResult | None, folder: str | Path, workload: Workload, cluster: Cluster,
                 choices: PlanChoices = PlanChoices(), torchtitan: str | None = None) -> Exports:
-    """Render the export of the chosen plan `result` (render_exports), then write it into `folder`
-    (write_exports). Nothing is written where rendering fails or the folder cannot be written.
+    """Render the export of the chosen plan `result` (chosen_plan, then exports_of), then write it into
+    `folder` (write_exports). Nothing is written where rendering fails or the folder cannot be written.
 
     Raises
     ------
     PlanError
         No plan was chosen.
     """
-    if result is None:
+    plan = None if result is None else chosen_plan(result, workload, cluster, choices)
+    return export_chosen(plan, folder, workload, cluster, torchtitan)
+
+
+def export_chosen(plan: ChosenPlan | None, folder: str | Path, workload: Workload, cluster: Cluster,
+                  torchtitan: str | None = None) -> Exports:
+    """export_plan of a plan already rebuilt and validated (chosen.chosen_plan; None: no plan was chosen).
+
+    Raises
+    ------
+    PlanError
+        No plan was chosen.
+    """
+    if plan is None:
         raise PlanError("no shape gave a plan, so there is nothing to export", subject="export_dir")
-    exports = render_exports(result, workload, cluster, choices, torchtitan)
+    exports = exports_of(plan, workload, cluster, torchtitan)
     write_exports(exports, folder)
     return exports
