@@ -120,7 +120,7 @@ def test_the_chosen_plan_is_validated_once_at_the_limit_it_records(chosen: Shape
     record["plan"] = {**record["plan"], "mem_limit": "0.01p"}
     with pytest.raises(ScheduleError) as caught:
         chosen_plan(replace(chosen, plan=record), WORKLOAD, CLUSTER, PlanChoices())
-    assert "0.01p" in str(caught.value) and "\n" not in str(caught.value) and caught.value.subject == "chosen"
+    assert "0.01p" in str(caught.value) and "\n" not in str(caught.value) and caught.value.subject == "export_dir"
     with pytest.raises(PlanError):
         chosen_plan(replace(chosen, status="refused", reason="it does not fit"), WORKLOAD, CLUSTER, PlanChoices())
 

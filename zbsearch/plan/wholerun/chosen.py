@@ -68,9 +68,8 @@ def chosen_plan(result: ShapeResult, workload: Workload, cluster: Cluster, choic
         Its schedule does not validate on the profile it was solved on, at its limit.
     """
     label = result.shape.label()
-    # subject "chosen": the fault is in the chosen result, not in a field the caller gave
     if result.status != "solved":
-        raise PlanError(f"shape {label} has no plan ({result.status}: {result.reason})", subject="chosen")
+        raise PlanError(f"shape {label} has no plan ({result.status}: {result.reason})", subject="export_dir")
     costs = shape_costs(workload, cluster, result.shape, choices)
     profile, objective = costs.profile, Objective.parse(costs.request.objective)
     if result.plan is None:  # no pipeline: the whole model on one rank (single.py), nothing to simulate
@@ -84,7 +83,7 @@ def chosen_plan(result: ShapeResult, workload: Workload, cluster: Cluster, choic
     if not report.ok or report.timeline is None:
         problem = report.problems[0] if report.problems else "it did not simulate"
         raise ScheduleError(f"the chosen plan of shape {label} does not validate on its shape's profile at its "
-                            f"limit {limit.text}: {problem}", subject="chosen")
+                            f"limit {limit.text}: {problem}", subject="export_dir")
     levels, partial = schedule.plan.levels_for_every_microbatch(result.shape.m)
     return ChosenPlan(result, profile, schedule, split_of(schedule, profile), levels, partial, costs.usable_bytes,
                       objective, report.timeline, limit)
