@@ -171,7 +171,7 @@ def at_default(profile: Profile, inst: Instance, placement: str) -> dict[str, An
     return {"solve_us": result.objective, "bound_us": result.lower_bound, "solve_status": result.status.value,
             "solve_placement": result.problem.placement.name, "solve_phase": phase(result),
             "solve_start_us": result.heuristic_objective, "solve_s": round(time.monotonic() - t0, 1),
-            "solve_load": f"{before}/{load()}"}
+            "solve_load": f"{before}/{load()}", "pair_bound": result.details.pair_bound}
 
 
 def measure(profile_path: Path, inst: Instance, proof_seconds: float) -> dict[str, Any]:

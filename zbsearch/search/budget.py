@@ -2,32 +2,33 @@
 
 A solve (search/solve/driver.py) with time limit T, in order:
 
-1. the heuristic start: every greedy variant and handcrafted schedule on the placement (not timed; a
-   second or two at p=32, m=256);
-2. the rank bounds, whose deepest-rank window walk may take `nest_share` x T; where the profile lets
-   passes pair or fuse, the bound is taken a second time on the relaxed passes, with another
-   `nest_share` x T;
+1. the heuristic start: every greedy variant and handcrafted schedule on the placement, no more greedy
+   variants than one that fits past `start_share` x T (a dozen take 2.5 s on the V-shape at p=8, m=128);
+2. the rank bounds, whose deepest-rank window walk may take `nest_share` x T (no chain walk starts past
+   it); where the profile lets passes pair or fuse, the bound is taken a second time on the relaxed
+   passes, with another `nest_share` x T;
 3. better starts, only while the start is above the bound: the per-rank tuned list greedy for
    `tune_share` x T, then on chunked placements under a limit the periodic start for
    `periodic_share` x T;
-4. CP-SAT on a refining grid, then the large-neighbourhood search, until (1 - `reserve`) x T - 0.5 s;
+4. on a small problem under a limit, the pair phase (solve/pair_phase.py) for `pair_share` x T;
+5. CP-SAT on a refining grid, then the large-neighbourhood search, until (1 - `reserve`) x T - 0.5 s;
    a model is skipped when fewer than `cpsat_seconds_per_pass` seconds per pass are left;
-5. the last `reserve` x T: re-timing and validating what CP-SAT returned.
+6. the last `reserve` x T: re-timing and validating what CP-SAT returned.
 
 Each phase stops early when it settles, and what it leaves goes to the next. In the worst case (a
-relaxed bound walked to its deadline twice, both starts running out) 2 x 0.30 + 0.15 + 0.10 + 0.10 =
-0.95 of T is spoken for before CP-SAT starts; with the bound taken once, 0.65.
+relaxed bound walked to its deadline twice, both starts running out, the pair phase on a small capped
+problem) 2 x 0.30 + 0.15 + 0.10 + 0.20 + 0.10 = 1.15 of T is spoken for before CP-SAT starts (the phases
+then leave it none); with the bound taken once and no pair phase, 0.65.
 
-A partition search (search/partition/search.py) with time limit T over P placements scores splits with
-the heuristics until `split_search_share` x T (the least-bound seed's DP included; the even and balanced
-splits whatever the time, each given the tuned and periodic starts for `tune_share` and `periodic_share`
-x T / P, as `--partition NAME` gives them: up to 2 x 0.25 x T in the worst case, when neither search
-settles sooner), polishes the best with `solve` until (1 - `split_bound_share`) x T (a second split only
-while time is left), and takes the bound over every split in what is left: its DPs, tables and walks stop
-there, and one cut short is a weaker bound that still holds over every split (walk_complete False). Not
-timed: one heuristic run per placement and the first polish's heuristic start and rank bounds: on an
-80-layer model at p=8, m=128 they outlast a 10 s limit on 2 cores (`python bench/time_limit.py`,
-results/time_limit.md).
+A partition search (search/partition/search.py) with time limit T over P placements first scores every
+placement's named splits (balanced, then even: past `split_search_share` x T with one greedy variant each)
+and gives them the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition
+NAME` gives them, until (1 - `split_bound_share`) x T; then scores the other seeds (the least-bound seed's DP
+included) until `split_search_share` x T; polishes the best with `solve` until (1 - `split_bound_share`) x T
+(a second split only while time is left; with less than a second, from its heuristic schedule as it is), and
+takes the bound over every split in what is left: its DPs, tables and walks stop there, and one cut short is
+a weaker bound that still holds over every split (walk_complete False). Not timed: one greedy variant per
+named split and a walk already running at a deadline (`python bench/time_limit.py`, results/time_limit.md).
 
 Every share below names the command that measured it; run it on another machine to check the share
 holds there. Every phase reads the Budget of the SearchOptions it is given (search/options.py);
@@ -49,11 +50,18 @@ class Budget:
     # pass (26.6 s at p=32, m=96: 9,216 passes; `python bench/solve_bench.py --only v-large`). With
     # less time left than this per pass, the model is skipped rather than overrun.
     cpsat_seconds_per_pass: float = 0.003
+    # The heuristic start: past this share, no more greedy variants than one that fits (at p=8, m=128 on
+    # the V-shape a split's dozen variants took 2.5 s of a 10 s limit; `python bench/time_limit.py`).
+    start_share: float = 0.10
     # The per-rank tuning of the list greedy (greedy/tune.py); it stops sooner when its search
     # settles, in about a second on p=8, m=25 (`python bench/solve_bench.py --only hetero-random`).
     tune_share: float = 0.15
     # The periodic start (greedy/modulo.py), where it applies (chunked placements under a limit).
     periodic_share: float = 0.10
+    # The pair phase (solve/pair_phase.py): where memory binds on a small problem, the bound with two
+    # ranks kept whole, before the grid rounds (`python bench/capped_pair_bound.py`: pairs proven in 2-50 s
+    # on 96-192 passes).
+    pair_share: float = 0.20
     # The deepest rank's window walk (bounds/window_nesting.py): on the paper's V-shape at 1p it proves
     # the start optimal in 0.1 s (p=16, m=48) to about 5 s (p=32, m=256) (`python bench/solve_bench.py
     # --only v-large`).

@@ -1,8 +1,7 @@
 """Lower bounds on the objective that hold for every valid schedule of a problem.
 
-They make the reported gap meaningful where CP-SAT's own bound is weak (the span objective, large
-instances). Each bound is computed from a list of passes, so the same code bounds the exact problem
-and the solver's integer-grid relaxation.
+They make the reported gap meaningful where CP-SAT's own bound is weak (the span objective, large instances).
+Each bound is computed from a list of passes, so the same code bounds the exact problem and the grid's.
 
 - head: no pass of rank r can start before microbatch 0's forwards reach it.
 - work: a rank runs its passes one at a time.
@@ -22,9 +21,8 @@ and the solver's integer-grid relaxation.
   limit. Under tight limits this is the bound that binds: activations wait out the round trip.
 - the rank on its own (its chunks on a single route): its passes alone, other ranks only delaying a
   microbatch, solved exactly by bounds/rank_sequence.py. It joins the start and end idle and the memory they
-  share, where the bounds above take each alone; on a rank with several chunks (V-shape,
-  interleaved) it also couples the chunks, which share the rank's memory and wait on each other's
-  round trips.
+  share, where the bounds above take each alone; on a rank with several chunks (V-shape, interleaved) it
+  also couples the chunks, which share the rank's memory and wait on each other's round trips.
 - nesting (one route): a rank's window holds the window of every rank deeper on the route, from its
   first forward to its last backward, with the trips there and back (bounds/window_nesting.py).
 """
@@ -33,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -83,9 +82,8 @@ def earliest_starts(passes: Sequence[Pass]) -> dict[Action, float]:
 
 
 def hold_times(problem: Problem, passes: Sequence[Pass]) -> dict[int, tuple[float, float]]:
-    """For each chunk, the shortest time a microbatch's activations stay on it: (start of its F to
-    the end of its B, start of its F to the end of its W), each the longest dependency path between
-    the two."""
+    """For each chunk, the shortest time a microbatch's activations stay on it: (start of its F to the end of
+    its B, start of its F to the end of its W), each the longest dependency path between the two."""
     return _hold_times(_forward_paths(problem, passes))
 
 
@@ -113,8 +111,9 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
     """Every bound above, per rank. `chains`: also walk the chains of ranks that hold several chunks
     (see _with_chains; each walk gives up past `chain_states` states, by default the budget's
     rank_walk_states, as does a one-chunk rank's walk), and with `nesting` nest each deeper rank's window
-    in the ranks above it (bounds/window_nesting.py, whose deepest walk stops at `deadline`); off where
-    many problems are bounded in little time (the split walk). `budget`: state caps, exact fills' size."""
+    in the ranks above it (bounds/window_nesting.py, whose deepest walk stops at `deadline`: no chain walk
+    starts past it either); off where many problems are bounded in little time (the split walk). `budget`:
+    state caps, exact fills' size."""
     p = problem.num_ranks
     es = earliest_starts(passes)
     work: dict[int, float] = defaultdict(float)
@@ -152,24 +151,25 @@ def rank_bounds(problem: Problem, passes: Sequence[Pass], chains: bool = True, n
     if not chains:
         return out
     out = _with_chains(out, [a if a is not None and len(a.steps) > 3 else None for a in alones], problem.objective,
-                       budget.rank_walk_states if chain_states is None else chain_states)
+                       budget.rank_walk_states if chain_states is None else chain_states, deadline)
     if not nesting:
         return out
     return [replace(b, nested=n) for b, n in zip(out, nested_spans(problem, first_mb, alones, deadline, budget))]
 
 
-# The walk over a rank's chain of chunks (bounds/rank_sequence.py) costs up to a second per rank; it runs only
-# on ranks whose other bounds come within this share of the largest, where it can set the answer (on
-# the byte-capped V-shape splits tried it raised a rank by at most 8%).
+# The chain walk (bounds/rank_sequence.py) costs up to a second per rank; it runs only on ranks whose other
+# bounds come within this share of the largest (on byte-capped V-shape splits it raised a rank <= 8%).
 CHAIN_REACH = 0.1
 
 
 def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective: str,
-                 states: int) -> list[RankBound]:
-    """The bounds with the chain walk's least span on the ranks that hold several chunks of one route
-    and come within CHAIN_REACH of the largest rank bound."""
+                 states: int, deadline: float | None = None) -> list[RankBound]:
+    """The bounds with the chain walk's least span on the ranks that hold several chunks of one route and come
+    within CHAIN_REACH of the largest rank bound; none started past `deadline` (the bounds without it hold)."""
     top = objective_bound(out, objective) if out else 0.0
     for r, chain in enumerate(chains):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         if chain is not None and in_chain_reach(objective_bound([out[r]], objective), top):
             out[r] = replace(out[r], sequence=least_span(chain, states) or 0.0)
     return out
@@ -283,8 +283,8 @@ def _work_before_own_b(mine: dict[int, _Chunk], cap: float, here: tuple[int, ...
     return k * per_microbatch + others
 
 
-# Above the budget's exact_combinations the fills below use their linear relaxation: still an upper
-# bound on the work that fits (so the idle bound stays valid), only looser.
+# Above the budget's exact_combinations the fills below use their linear relaxation: still an upper bound on
+# the work that fits (so the idle bound stays valid), only looser.
 
 
 def _forwards_that_fit(mine: dict[int, _Chunk], cap: float, facts: _RouteFacts, budget: Budget) -> float:

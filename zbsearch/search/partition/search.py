@@ -36,7 +36,7 @@ from ..problem import Problem
 from ..solve.driver import solve
 from ..options import SearchOptions
 from ..solve.report import PartitionDetails, SolveResult
-from ..solve.starts import heuristic_start
+from ..solve.starts import Starts, heuristic_start
 from ...profiling.partition import linear_partition
 from .bounds import least_bound_split, split_bound
 from .enumerate import bound_input, refined_bound
@@ -52,6 +52,9 @@ POLISH = 2
 # share of the best's (the first NEAR_CANDIDATES by heuristic), least own bound first.
 NEAR = 0.02
 NEAR_CANDIDATES = 40
+# A polish given less time than this starts from the split's heuristic schedule as it is: its better starts
+# would have no time to run.
+MIN_POLISH_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class SplitSearch:
         return Problem(prof, placement, req.profile.microbatches, limit, req.objective)
 
     def score(self, placement: Placement, counts: Sequence[int], origin: str) -> Scored:
+        """The split's best heuristic schedule (past the search's scoring deadline, no more greedy variants
+        than one that fits), kept once per split."""
         key = (placement.name + str(placement.num_chunks), tuple(counts))
         if key in self.scored:
             return self.scored[key]
@@ -110,7 +115,7 @@ class SplitSearch:
         try:
             problem = self.problem(placement, counts)
             problem.check_feasible()
-            start = heuristic_start(problem)
+            start = heuristic_start(problem, self.deadline)
         except InfeasibleError as exc:
             self.refused.append(exc)
         else:
@@ -123,14 +128,21 @@ class SplitSearch:
         return self.deadline - time.monotonic()
 
 
+def named_splits(request: SplitRequest, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
+    """The splits `--partition` names (NAMED), balanced first: where time is short it is scored first."""
+    layers, k = request.profile.layers or (), route_length(placement)
+    return [("balanced", balanced_counts(layers, k)), ("even", even_counts(layers, k))]
+
+
 def seed_splits(request: SplitRequest, placement: Placement, budget: Budget = BUDGET,
                 deadline: float | None = None) -> list[tuple[str, tuple[int, ...]]]:
-    """The named candidate splits of one placement (`budget`: the least-bound split's caps; its DP stops
-    at `deadline`, and then names no split)."""
-    layers, k = request.profile.layers or (), route_length(placement)
-    balanced = balanced_counts(layers, k)
-    out = [("even", even_counts(layers, k)), ("balanced", balanced),
-           ("rank-balanced", rank_balanced(layers, balanced, placement))]
+    """The candidate splits of one placement: the named ones, then the rank-balanced, least-bound and
+    in-flight-fitting ones (`budget`: the least-bound split's caps; its DP stops at `deadline`, and then
+    names no split)."""
+    layers = request.profile.layers or ()
+    out = named_splits(request, placement)
+    balanced = out[0][1]
+    out.append(("rank-balanced", rank_balanced(layers, balanced, placement)))
     least = least_bound_split(bound_input(request.profile, placement, request.mem_limit, request.objective,
                                           request.headroom, budget), deadline)
     if least is not None:
@@ -213,19 +225,21 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
     time_limit, budget = options.time_limit, options.budget
     search = SplitSearch(request, t0 + budget.split_search_share * time_limit, budget)
     placements = [parse_placement(name, request.num_ranks) for name in request.placements]
-    seeds: list[Scored] = []
     for placement in placements:
         k = route_length(placement)
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
+    # Every placement's named splits first, whatever the time (past the scoring share with one heuristic
+    # each), then start where `--partition NAME` would (scored.py) while the polish's time lasts; then the
+    # other seeds, each a heuristic run (0.4 s at p=8, m=32; 2.5 s on the V-shape at p=8, m=128), while
+    # the scoring share lasts.
+    named = [search.score(pl, counts, origin) for pl in placements for origin, counts in named_splits(request, pl)]
+    _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
+    seeds = list(named)
+    for placement in placements:
         for origin, counts in seed_splits(request, placement, budget, search.deadline):
-            # Each seed costs a heuristic run (0.4 s at p=8, m=32): past the search's share of the time,
-            # a placement scores only the splits `--partition` names, so that a short time limit is kept
-            # (it ran 3x over).
-            if origin in NAMED or time.monotonic() < search.deadline:
+            if origin not in NAMED and time.monotonic() < search.deadline:
                 seeds.append(search.score(placement, counts, origin))
-    # The named splits start where `--partition NAME` would (scored.py), whatever the time.
-    _give_starts(search, [s for s in seeds if s.origin in NAMED], options, None)
     per_placement = len(placements)
     for k, placement in enumerate(placements):
         mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
@@ -248,8 +262,10 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
         if k > 0 and left <= 0:
             break  # the best is polished whatever the limit, the others only in the time left
         share = left * room[k] / sum(room[k:])
-        assert entry.problem is not None
-        results.append(solve(entry.problem, options.with_time(share), entry.starts))
+        assert entry.problem is not None and entry.start is not None
+        # With no time to improve it, the split's own heuristic start is the one to polish from.
+        given = entry.starts if entry.starts is not None or share >= MIN_POLISH_SECONDS else Starts(entry.start)
+        results.append(solve(entry.problem, options.with_time(share), given))
         origins[id(results[-1])] = entry.origin
         search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
     return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)

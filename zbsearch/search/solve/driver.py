@@ -20,6 +20,7 @@ from ..options import Progress, SearchOptions
 from ..problem import Problem
 from .grid import GridSearch, refine
 from .incumbent import fuse_if_faster, with_backwards_split
+from .pair_phase import pair_bound
 from .report import PlacementOutcome, SolveDetails, SolveResult
 from .starts import Start, Starts, better_starts, heuristic_start
 
@@ -75,14 +76,18 @@ def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: St
     Raises InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
     t0 = time.monotonic()
     problem.check_feasible()
-    first = heuristic_start(problem) if starts is None else starts.start
+    first = heuristic_start(problem, options.until(options.budget.start_share)) if starts is None else starts.start
     bounds = _bounds(problem, options)
     starts = _better_starts(problem, first, bounds.lower, options) if starts is None else starts
     start = starts.start
     options.tell(time.monotonic() - t0, start.objective, bounds.lower, "heuristics")
-    search = GridSearch(problem, bounds.real, t0, options.time_limit * (1 - options.budget.reserve) - 0.5, options,
-                        trust_bound=bounds.distrust is None)
-    run = refine(search, start, bounds.lower)
+    end = options.time_limit * (1 - options.budget.reserve) - 0.5  # after t0: re-timing and validation follow
+    pairs = pair_bound(problem, start.objective, bounds.lower, options, t0 + end)
+    lower = max(bounds.lower, pairs.value if pairs is not None else 0.0)
+    if pairs is not None:
+        options.tell(time.monotonic() - t0, start.objective, lower, "pair bound")
+    search = GridSearch(problem, bounds.real, t0, end, options, trust_bound=bounds.distrust is None)
+    run = refine(search, start, lower)
     best, lb = run.best, run.bound
     lns_stats, lns_not_run = None, None
     # Where the full model was skipped or stalled on the start, the time left goes to re-solving windows
@@ -96,7 +101,7 @@ def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: St
     if bounds.fusing:
         best, fused = fuse_if_faster(problem, best)
     details = SolveDetails(run.cpsat_status, bounds.distrust, starts.tuned, starts.periodic, run.rounds, lns_stats,
-                           lns_not_run, fused)
+                           lns_not_run, fused, pair_bound=pairs)
     improved = best.schedule is not start.schedule
     meta = dict(best.schedule.meta, solver="zbsearch", start_heuristic=start.name, objective=problem.objective)
     # The plan record is the problem's, with the choice the answer was timed with (exact/lns.py may choose).

@@ -112,6 +112,22 @@ class PartitionDetails:
 
 
 @dataclass(frozen=True)
+class PairBound:
+    """The best bound the phase proved (`value`), the ranks kept for it, whether CP-SAT proved that
+    relaxation's optimum, how many pairs it tried and the seconds it took."""
+
+    value: float
+    kept: tuple[int, ...]
+    proven: bool
+    tried: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pair_bound": self.value, "pair_bound_ranks": list(self.kept), "pair_bound_proven": self.proven,
+                "pair_bound_pairs_tried": self.tried, "pair_bound_seconds": round(self.seconds, 2)}
+
+
+@dataclass(frozen=True)
 class SolveDetails:
     """The solver's diagnostics. `cpsat_status`: the last grid round's status, or why CP-SAT did not run;
     `cpsat_bound`: why CP-SAT's bound is not used, where it is not; `tuned_start` and `periodic_start`:
@@ -119,7 +135,8 @@ class SolveDetails:
     the large-neighbourhood search did not run on a start it could not read; `fused_backwards`: how many
     B and W pairs were fused at the end; `placements`: each placement's outcome in a solve over several;
     `partition`: the partition search's facts; `uncapped_bound`: no plan of the answer's split and placement
-    beats it without the memory limit (search/entry/find_plan.py; None where the limit is none)."""
+    beats it without the memory limit (search/entry/find_plan.py; None where the limit is none); `pair_bound`: what
+    the pair phase proved (solve/pair_phase.py), where it ran."""
 
     cpsat_status: str = "not run"
     cpsat_bound: str | None = None
@@ -132,6 +149,7 @@ class SolveDetails:
     placements: dict[str, PlacementOutcome] | None = None
     partition: PartitionDetails | None = None
     uncapped_bound: float | None = None
+    pair_bound: PairBound | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys, in the order the solver reached them; absent ones left out."""
@@ -157,6 +175,8 @@ class SolveDetails:
             out.update(self.partition.to_dict())
         if self.uncapped_bound is not None:
             out["uncapped_bound"] = self.uncapped_bound
+        if self.pair_bound is not None:
+            out.update(self.pair_bound.to_dict())
         return out
 
 

@@ -85,11 +85,12 @@ def one_at_a_time(problem: Problem, weights_at_once: bool = False, fused: bool =
     return build("one-at-a-time", pl, m, ranks)
 
 
-def heuristic_start(problem: Problem) -> Start:
+def heuristic_start(problem: Problem, deadline: float | None = None) -> Start:
     """The best valid heuristic schedule on this problem's placement, or microbatches one at a time
     when no heuristic fits. Candidates are ranked by exact timing first and only the winner is
-    validated (unless it fails): a full validation at p=32, m=128 takes a second and a half."""
-    for found in candidates(problem, top=1, same_placement=True):
+    validated (unless it fails): a full validation at p=32, m=128 takes a second and a half. Past
+    `deadline` (time.monotonic()), no more greedy variants than one that fits (candidates)."""
+    for found in candidates(problem, top=1, same_placement=True, deadline=deadline):
         if found.schedule.placement == problem.placement:
             return Start(*found, problem.objective.of(found.timeline))
     fallback = one_at_a_time(problem)
