@@ -63,7 +63,8 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
     position = {c: k for k, c in enumerate(route)}
     deepest = max(lead, key=lambda q: position[lead[q]])
     windows = _windows(chains, by_action, lead, m, deepest,
-                       time.monotonic() + budget.deepest_seconds if deadline is None else deadline, budget)
+                       time.monotonic() + budget.deepest_seconds if deadline is None else deadline, budget,
+                       deadline is not None)
     # Longest paths from the start of each rank's first forward and of its first chunk's backward
     # (microbatch 0's: every microbatch costs the same).
     down = {q: longest_from(first_mb, Action(c, Kind.F, 0)) for q, c in lead.items()}
@@ -81,13 +82,18 @@ def nested_spans(problem: Problem, first_mb: Sequence[Pass], chains: Sequence[Ra
 
 
 def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], lead: dict[int, int],
-             m: int, deepest: int, deadline: float, budget: Budget) -> dict[int, float]:
-    """Per rank, a lower bound on the time from its first forward to its last backward."""
+             m: int, deepest: int, deadline: float, budget: Budget, binding: bool = True) -> dict[int, float]:
+    """Per rank, a lower bound on the time from its first forward to its last backward; with `binding` (the
+    caller's deadline), no walk starts past `deadline`, else only the deepest rank's stops there."""
     out = {q: m * sum(ps.duration for ps in by_action.values() if ps.rank == q and ps.action.kind is not Kind.W)
            for q in lead}
     # Without a limit nothing holds a rank back and the walk has no end of states: those are skipped.
     walkable = {q: chain for q, chain in enumerate(chains) if chain is not None}
     rooms = {q: room for q, chain in walkable.items() if (room := chain.room_in_trips()) < math.inf}
+    # Past the deadline no walk starts (a bound without them still holds): a solve given no time left
+    # spent 2 s here at p=8, m=128 (`python bench/time_limit.py`).
+    if binding and time.monotonic() >= deadline:
+        return out
     if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(walkable[deepest].steps) <= 3):
         chain = walkable[deepest]
         states = budget.deepest_walk_states if len(chain.steps) > 3 else budget.deepest_one_chunk_states
@@ -96,6 +102,8 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
             continue
+        if binding and time.monotonic() >= deadline:
+            break
         found = least_to_last_backward(walkable[q], budget.nesting_walk_states)
         if found is None:
             break  # out of budget (or nothing fits): the ranks with more room would be too
