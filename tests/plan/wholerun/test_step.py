@@ -11,7 +11,7 @@ import pytest
 from zbsearch.plan.wholerun.cluster import make_cluster
 from zbsearch.plan.wholerun.cost import shape_costs
 from zbsearch.plan.wholerun.shape import RunShape
-from zbsearch.plan.wholerun.step import StepTime, rank_layers, step_bound, step_time, sync_bound
+from zbsearch.plan.wholerun.step import StepTime, average_rank_bound, rank_layers, step_bound, step_time, sync_bound
 from zbsearch.plan.wholerun.workload import Workload
 from zbsearch.profiling.request import LlamaShape
 from zbsearch.search.entry.find_plan import find_plan
@@ -80,3 +80,21 @@ def test_zero2_syncs_bound_the_step_where_the_link_is_slow() -> None:
         fixed = replace(costs.request, partition=f"fixed:{','.join(map(str, counts))}", placement="linear")
         other = find_plan(costs.profile, fixed, QUICK)
         assert bound <= step_time(costs, other.schedule).step_us * (1 + 1e-9)
+
+
+def test_a_ranks_gather_work_and_sync_bound_the_step_together() -> None:
+    """zero1 gathers the weights before a rank's first pass and reduce-scatters after its last: on a slow link
+    the rank that starts at once pays both in full, and the bound sees each rank's gather, work and sync
+    together (it once took the first layer's gather and one layer's sync only), yet stays below the step of
+    plans on every split the search tries."""
+    slow = make_cluster("h100", 8, 2, inter_gbps=20.0)
+    costs = shape_costs(Workload(LLAMA, global_batch=8), slow, RunShape(1, 2, 4, 1, 2, "zero1"))
+    result = find_plan(costs.profile, costs.request, QUICK)
+    each = [costs.traffic([layer.name]) for layer in costs.profile.layers]
+    old = result.lower_bound + each[0].start + min(x.final for x in each)
+    assert average_rank_bound(costs) > old
+    for counts in ((1, 5), (3, 3), (5, 1)):
+        fixed = replace(costs.request, partition=f"fixed:{','.join(map(str, counts))}", placement="linear")
+        step = step_time(costs, find_plan(costs.profile, fixed, QUICK).schedule)
+        assert step_bound(costs, result.lower_bound) <= step.step_us * (1 + 1e-9)
+        assert average_rank_bound(costs) <= step.makespan_us + step.exposed_start_us + step.exposed_end_us + 1e-6

@@ -26,8 +26,9 @@ from .workload import Workload
 DEFAULT_SHAPE_SECONDS = 20.0  # the joint search's time on the most promising shape (search.py's TIME RULE)
 # Goes into the results file's fingerprint: raise it when a shape's evaluation changes, so that results files
 # written by the older code are refused rather than mixed in (2: every schedule keeps the 1F1B family's plan;
-# 3: the step bound counts zero2's per-microbatch syncs, step.sync_bound).
-COST_MODEL_VERSION = 3
+# 3: the step bound counts zero2's per-microbatch syncs, step.sync_bound; 4: each rank's gather, work and sync
+# together, step.average_rank_bound).
+COST_MODEL_VERSION = 4
 
 
 def shape_jobs(choices: PlanChoices = PlanChoices()) -> ShapeJobs[ShapeBound, ShapeResult]:

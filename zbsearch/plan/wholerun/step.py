@@ -139,6 +139,8 @@ def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
       pays its whole final sync, which moves at least the bytes of one of its layers.
     - makespan + exposed end >= every rank's first gradient + its syncs that run from then (zero2's
       per-microbatch reduce-scatters, one link, one at a time) + its final sync (sync_bound).
+    - makespan + exposed start + exposed end >= every rank's start gather + work + final sync, together
+      (average_rank_bound), which the three terms above take one at a time.
     - exposed start >= the start gather of the first layer alone: some pass starts at time 0, and only a
       forward of a route's first chunk waits for nothing, so a rank holding the first layer starts at 0
       and pays its whole gather, which moves at least that layer's bytes (a collective's time grows with
@@ -155,7 +157,30 @@ def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
     each = [costs.traffic([layer.name]) for layer in layers]
     optimizer = max(math.fsum(x.optimizer for x in each) / p, max(x.optimizer for x in each))
     busy = max(pipeline_bound, m * work / p) + min(x.final for x in each)
-    return max(busy, sync_bound(costs)) + each[0].start + optimizer
+    return max(max(busy, sync_bound(costs)) + each[0].start, average_rank_bound(costs)) + optimizer
+
+
+def _average_share(costs: ShapeCosts) -> RankTraffic:
+    """The data-parallel terms of the average share of the parameters, bandwidth terms only: a collective's
+    time grows with its bytes and its bandwidth term is linear in them, so over the ranks (every layer on
+    some rank, a placement with two model copies holding them twice) some rank's terms are at least these
+    (no latency: a rank may hold no routed experts)."""
+    dp, p = costs.data_parallel, costs.shape.p
+    bandwidth_only = replace(dp, link=replace(dp.link, latency_us=0.0))
+    return bandwidth_only.traffic(math.fsum(x.dense for x in costs.params) / p,
+                                  math.fsum(x.expert for x in costs.params) / p)
+
+
+def average_rank_bound(costs: ShapeCosts) -> float:
+    """A lower bound on makespan + exposed start + exposed end over every split: for each rank r, its exposed
+    start is at least its gather less its first start, the makespan at least that first start plus its work
+    (its passes one at a time) and the exposed end at least its final sync past its last pass, so the three
+    together hold r's gather, work and final sync in full. Their average over the ranks (each pass at its
+    least time; the traffic's bandwidth terms, _average_share) bounds the largest."""
+    layers = costs.profile.layers or ()
+    work = math.fsum(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    share = _average_share(costs)
+    return share.start + costs.shape.m * work / costs.shape.p + share.final
 
 
 def sync_bound(costs: ShapeCosts) -> float:
@@ -163,15 +188,10 @@ def sync_bound(costs: ShapeCosts) -> float:
     than its first gradient, which needs a forward, backward and weight pass of at least one layer, and take
     mid + final of the parameters it holds. Some rank holds the heaviest layer, and some rank holds at least
     the average share of the parameters (every layer is on some rank; a placement with two model copies
-    holds them twice): a collective's time grows with its bytes, and its bandwidth term is linear in them,
-    so the average share's bandwidth term (no latency: a rank may hold no routed experts) bounds the
-    largest rank's."""
+    holds them twice): _average_share."""
     layers = costs.profile.layers or ()
     first_gradient = min(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
     each = [costs.traffic([layer.name]) for layer in layers]
     heaviest = max(x.mid + x.final for x in each)
-    dp, p = costs.data_parallel, costs.shape.p
-    bandwidth_only = replace(dp, link=replace(dp.link, latency_us=0.0))
-    share = bandwidth_only.traffic(math.fsum(x.dense for x in costs.params) / p,
-                                   math.fsum(x.expert for x in costs.params) / p)
+    share = _average_share(costs)
     return first_gradient + max(heaviest, share.mid + share.final)
