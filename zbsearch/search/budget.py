@@ -113,14 +113,16 @@ class Budget:
     # p=16 (8 M) would take 4.5 s and is left to the other relaxations (timed on random layers).
     two_round_cells: int = 6_000_000
 
-    def worst_before_cpsat(self, relaxed: bool) -> float:
-        """The share of the time limit the phases before CP-SAT and the reserve may take at most.
+    def worst_before_cpsat(self, relaxed: bool, pair: bool = False) -> float:
+        """The share of the time limit the phases before CP-SAT and the reserve may take at most (with the
+        pair phase where `pair`).
 
-        >>> round(Budget().worst_before_cpsat(relaxed=True), 2), round(Budget().worst_before_cpsat(False), 2)
-        (0.95, 0.65)
+        >>> b = Budget()
+        >>> round(b.worst_before_cpsat(True, pair=True), 2), round(b.worst_before_cpsat(False), 2)
+        (1.15, 0.65)
         """
         nest = self.nest_share * (2 if relaxed else 1)
-        return nest + self.tune_share + self.periodic_share + self.reserve
+        return nest + self.tune_share + self.periodic_share + (self.pair_share if pair else 0.0) + self.reserve
 
 
 BUDGET = Budget()

@@ -2,7 +2,8 @@
 least), a linear rank's bound by hand (work, the wait for its first backward, memory), v_counts, DualPipe
 (the work floor) and interleaved (above it: whole layers and the head), the least-bound split by enumeration
 under span and `Np` limits, bounds that never fall with fewer microbatches' room or rise with more
-memory, and the DPs cut short at a deadline (anywhere: still a bound, no higher than the finished one)."""
+memory, the V DP under its caps (the least split by enumeration), and the DPs cut short at a deadline (anywhere:
+still a bound, no higher than the finished one; the V DP's at the last cap it passed)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,22 @@ def test_more_memory_never_raises_a_bound_and_more_microbatches_never_lower_it(p
     assert caps[0] >= caps[1] - 1e-9 >= caps[2] - 2e-9
 
 
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_v_dp_under_its_caps_finds_the_least_split_by_enumeration(objective: str, seed: int) -> None:
+    """The caps prune ranks by their work only (a rank's bound is at least m x its work): whatever cap
+    first admits a split, the DP's answer is the least over every split."""
+    n, placement = 10, vshape(3)
+    data = _data(_random(n, 70 + seed), placement, m=5, objective=objective, byte_cap=rng_cap(seed))
+    every = {c: split_bound(data, c) for c in _splits(n, 6)}
+    least = least_bound_split(data)
+    if least is None:
+        assert all(math.isinf(b) for b in every.values()) and any_split_bound(data) == math.inf
+        return
+    assert every[least] == pytest.approx(min(every.values()))
+    assert any_split_bound(data) == pytest.approx(min(every.values()))
+
+
 class _Ticks:
     """A stand-in for rank_bound.past: a deadline passes after `n` checks (no deadline never does), so a
     DP is cut short at every point it checks, with no clock in the test."""
@@ -206,6 +223,26 @@ def test_a_dp_cut_short_anywhere_is_a_bound_no_higher_than_the_finished_one(monk
         assert least_bound_split(data, 0.0) is None  # cut short: no split named
     else:
         pytest.fail("the DP never finished")
+
+
+def test_a_v_dp_cut_short_past_its_first_caps_bounds_above_the_work_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cap the DP passes proves every split above it: cut short later, the bound is that cap, not
+    the floor (the 80-layer models of results/configure.md stop there)."""
+    data = _data(_random(12, 3), vshape(3), m=6, byte_cap=16.0)
+    floor = bounds_module.work_floor(LayerSums(data.layers), data)
+    exact = any_split_bound(data)
+    assert exact > floor * 1.01  # memory binds: the least split is well above the floor
+    seen = set()
+    for n in range(100000):
+        bounds_module._least.done.clear()
+        monkeypatch.setattr(bounds_module, "past", _Ticks(n))
+        value, done = cheap_bound(data, 0.0)
+        if done:
+            break
+        seen.add(value)
+        assert value <= exact + 1e-9
+    assert max(seen) > floor and max(seen) == pytest.approx(max(floor * c for c in bounds_module.V_CAPS
+                                                                  if floor * c < exact))
 
 
 def rng_cap(seed: int) -> float | None:
