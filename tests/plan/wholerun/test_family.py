@@ -2,18 +2,24 @@
 1F1B schedule at an even or balanced split with recompute none or full, valid under the shape's limit, its bound
 its own step; where only 1F1B applies (m not a multiple of p), the joint search, which starts from 1F1B on those
 splits and recompute choices, is never slower on the pipeline; the placement and recompute asked narrow the
-family; nothing fitting is refused with the least memory; bad choices are refused naming the field."""
+family; nothing fitting is refused with the least memory, and where the cheap bound lets a shape through but
+no family plan fits, its bound is infinite; bad choices are refused naming the field."""
 
 from __future__ import annotations
+
+import json
+import math
 
 import pytest
 
 from zbsearch.core.errors import PlanError
+from zbsearch.plan.wholerun.bound import least_need
 from zbsearch.plan.wholerun.cluster import make_cluster
-from zbsearch.plan.wholerun.cost import PlanChoices
+from zbsearch.plan.wholerun.cost import PlanChoices, shape_costs
 from zbsearch.plan.wholerun.evaluate import bound_shape, evaluate_shape
 from zbsearch.plan.wholerun.family import FAMILY, check_schedules, levels_tried, placements_tried
 from zbsearch.plan.wholerun.shape import RunShape
+from zbsearch.plan.wholerun.shape_result import ShapeResult
 from zbsearch.plan.wholerun.workload import Workload
 from zbsearch.profiling.request import LlamaShape
 from zbsearch.search.options import SearchOptions
@@ -79,6 +85,28 @@ def test_nothing_fitting_is_refused_with_the_least_memory() -> None:
     result = _evaluate(shape, cluster=tiny)
     assert result.status == "refused" and result.reason is not None
     assert "1F1B-family" in result.reason or "does not fit" in result.reason
+
+
+def cheap_room(workload: Workload, shape: RunShape) -> float:
+    """A GPU capacity whose usable bytes are just what the best split needs for its static bytes and one
+    microbatch at its least memory: the cheap bound lets the shape through, a pipeline holding more than one
+    microbatch on its first rank does not fit."""
+    costs = shape_costs(workload, CLUSTER, shape, FAMILY_ONLY)
+    return least_need(costs)[0] * costs.capacity_bytes / costs.usable_bytes
+
+
+def test_a_shape_no_family_plan_fits_bounds_the_familys_certificate_at_infinity() -> None:
+    """The family is enumerated whole, so a shape the cheap bound lets through but where none of its plans fits
+    cannot be faster than the chosen plan: its bound is infinite, in the record and read back."""
+    shape = RunShape(1, 2, 4, 1, 4, "ddp")
+    workload = Workload(LLAMA, shape.m * shape.b * shape.d)
+    cheap = bound_shape(workload, CLUSTER, shape, QUICK, FAMILY_ONLY)
+    # Between the cheap bound's need (static bytes and one microbatch) and what the family's plans need.
+    room = make_cluster("h100", 8, 4, memory_bytes=cheap_room(workload, shape))
+    result = _evaluate(shape, cluster=room)
+    assert result.status == "refused" and result.no_plan_proven and result.bound == math.inf
+    assert ShapeResult.from_dict(json.loads(json.dumps(result.to_dict()))).bound == math.inf
+    assert _evaluate(shape).bound == pytest.approx(_evaluate(shape).step_bound_us)  # solved: its own step
 
 
 def test_the_family_tries_none_and_full_and_every_chunk_count() -> None:

@@ -93,7 +93,10 @@ def evaluate_shape(workload: Workload, cluster: Cluster, shape: RunShape, option
         costs = shape_costs(workload, cluster, shape, choices)
         if choices.schedules != "all":
             check_schedules(choices.schedules, choices.placement, choices.recompute)
-            return _family_result(costs, t0)
+            try:
+                return _family_result(costs, t0)
+            except REFUSALS as exc:  # the family was enumerated whole: none of its plans runs here
+                return ShapeResult(shape, "refused", _line(exc), no_plan_proven=True, seconds=time.monotonic() - t0)
         if shape.p == 1:
             return _single_result(costs, t0)
         result = find_plan(costs.profile, costs.request, options)

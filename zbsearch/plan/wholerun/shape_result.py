@@ -85,6 +85,9 @@ class ShapeResult:
     plan: dict[str, Any] | None = None
     solver_status: str | None = None
     seconds: float = 0.0
+    # Refused after a search that tried every plan it could give (the 1F1B family, enumerated whole): no
+    # plan of it runs on the shape, so its bound is infinite.
+    no_plan_proven: bool = False
 
     @property
     def step_seconds(self) -> float | None:
@@ -97,7 +100,10 @@ class ShapeResult:
 
     @property
     def bound(self) -> float:
-        """The lower bound on the shape's step its solve proved (0 where none was proved)."""
+        """The lower bound on the shape's step its solve proved (0 where none was proved; infinite where it
+        proved no plan runs)."""
+        if self.no_plan_proven:
+            return math.inf
         return 0.0 if self.step_bound_us is None else self.step_bound_us
 
     def to_dict(self) -> dict[str, Any]:
