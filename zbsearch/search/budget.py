@@ -37,6 +37,7 @@ holds there. Every phase reads the Budget of the SearchOptions it is given (sear
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -126,3 +127,8 @@ class Budget:
 
 
 BUDGET = Budget()
+
+
+def past(deadline: float | None) -> bool:
+    """Whether `deadline` (a time.monotonic(); None: none) has passed: how every phase checks its share."""
+    return deadline is not None and time.monotonic() >= deadline

@@ -181,7 +181,7 @@ def test_the_v_dp_under_its_caps_finds_the_least_split_by_enumeration(objective:
 
 
 class _Ticks:
-    """A stand-in for rank_bound.past: a deadline passes after `n` checks (no deadline never does), so a
+    """A stand-in for budget.past (as each module imports it): a deadline passes after `n` checks (no deadline never does), so a
     DP is cut short at every point it checks, with no clock in the test."""
 
     def __init__(self, n: int) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from ...core.errors import PlanError
 from ...core.ir import Kind, Schedule
+from ...core.layers import Layer
 from ...core.planned_profile import for_plan
 from ...sim.simulate import Timeline, simulate
 from .cost import ShapeCosts
@@ -153,11 +154,16 @@ def step_bound(costs: ShapeCosts, pipeline_bound: float) -> float:
     if not layers or math.isinf(pipeline_bound):
         return math.inf
     p, m = costs.shape.p, costs.shape.m
-    work = math.fsum(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    work = math.fsum(_least_work(layer) for layer in layers)
     each = [costs.traffic([layer.name]) for layer in layers]
     optimizer = max(math.fsum(x.optimizer for x in each) / p, max(x.optimizer for x in each))
     busy = max(pipeline_bound, m * work / p) + min(x.final for x in each)
     return max(max(busy, sync_bound(costs)) + each[0].start, average_rank_bound(costs)) + optimizer
+
+
+def _least_work(layer: Layer) -> float:
+    """A microbatch's passes of one layer at their least: F, and B + W or a fused backward where shorter."""
+    return layer.F + min(layer.B + layer.W, layer.BW)
 
 
 def _average_share(costs: ShapeCosts) -> RankTraffic:
@@ -178,7 +184,7 @@ def average_rank_bound(costs: ShapeCosts) -> float:
     together hold r's gather, work and final sync in full. Their average over the ranks (each pass at its
     least time; the traffic's bandwidth terms, _average_share) bounds the largest."""
     layers = costs.profile.layers or ()
-    work = math.fsum(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    work = math.fsum(_least_work(layer) for layer in layers)
     share = _average_share(costs)
     return share.start + costs.shape.m * work / costs.shape.p + share.final
 
@@ -190,7 +196,7 @@ def sync_bound(costs: ShapeCosts) -> float:
     the average share of the parameters (every layer is on some rank; a placement with two model copies
     holds them twice): _average_share."""
     layers = costs.profile.layers or ()
-    first_gradient = min(layer.F + min(layer.B + layer.W, layer.BW) for layer in layers)
+    first_gradient = min(_least_work(layer) for layer in layers)
     each = [costs.traffic([layer.name]) for layer in layers]
     heaviest = max(x.mid + x.final for x in each)
     share = _average_share(costs)

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ...core.ir import Action, Kind
-from ..budget import BUDGET, Budget
+from ..budget import BUDGET, Budget, past
 from ..problem import Pass, Problem, longest_from
 from .relaxations import bound_passes
 from .rank_chain import RankChain, Step
@@ -168,7 +167,7 @@ def _with_chains(out: list[RankBound], chains: list[RankChain | None], objective
     within CHAIN_REACH of the largest rank bound; none started past `deadline` (the bounds without it hold)."""
     top = objective_bound(out, objective) if out else 0.0
     for r, chain in enumerate(chains):
-        if deadline is not None and time.monotonic() >= deadline:
+        if past(deadline):
             break
         if chain is not None and in_chain_reach(objective_bound([out[r]], objective), top):
             out[r] = replace(out[r], sequence=least_span(chain, states) or 0.0)

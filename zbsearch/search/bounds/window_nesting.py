@@ -25,7 +25,7 @@ import time
 from typing import Sequence
 
 from ...core.ir import Action, Kind
-from ..budget import BUDGET, Budget
+from ..budget import BUDGET, Budget, past
 from ..problem import Pass, Problem, longest_from
 from .rank_chain import RankChain
 from .rank_sequence import least_to_last_backward
@@ -92,7 +92,7 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     rooms = {q: room for q, chain in walkable.items() if (room := chain.room_in_trips()) < math.inf}
     # Past the deadline no walk starts (a bound without them still holds): a solve given no time left
     # spent 2 s here at p=8, m=128 (`python bench/time_limit.py`).
-    if binding and time.monotonic() >= deadline:
+    if binding and past(deadline):
         return out
     if deepest in rooms and (rooms[deepest] <= DEEPEST_ROOM or len(walkable[deepest].steps) <= 3):
         chain = walkable[deepest]
@@ -102,7 +102,7 @@ def _windows(chains: Sequence[RankChain | None], by_action: dict[Action, Pass], 
     for q in sorted(rooms, key=lambda q: (rooms[q], q)):
         if q == deepest:
             continue
-        if binding and time.monotonic() >= deadline:
+        if binding and past(deadline):
             break
         found = least_to_last_backward(walkable[q], budget.nesting_walk_states)
         if found is None:

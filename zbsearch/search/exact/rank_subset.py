@@ -37,8 +37,6 @@ from ..problem import Problem, on_grid
 from ..bounds.relaxations import fusion_saves_time
 
 
-GRID_RESOLUTION = 20  # the shortest pass's units on the default grid (SearchOptions.resolution's default)
-
 
 @dataclass(frozen=True)
 class SubsetBound:
@@ -58,16 +56,16 @@ def applies(problem: Problem) -> bool:
 
 
 def subset_bound(problem: Problem, kept: Sequence[int], time_limit: float, step: float | None = None,
-                 workers: int = 1, seed: int = 0) -> SubsetBound:
+                 workers: int = 1, seed: int = 0, resolution: int = 20) -> SubsetBound:
     """The makespan bound of `problem` with only the ranks `kept` whole (see the module), after at most about
-    `time_limit` seconds of CP-SAT, on a grid of `step` (real time units per grid unit; by default the
-    solver's first grid, cpsat.choose_step, which is exact where the times allow); 0 where the bound does
-    not apply (`applies`)."""
+    `time_limit` seconds of CP-SAT, on a grid of `step` (real time units per grid unit; by default
+    cpsat.choose_step's at `resolution` units in the shortest pass, as the solver's coarse rounds); 0 where
+    the bound does not apply (`applies`)."""
     t0 = time.monotonic()
     kept = tuple(sorted(set(kept)))
     if not applies(problem) or time_limit <= 0:
         return SubsetBound(0.0, False, kept, 0.0)
-    step = step if step is not None else cpsat.choose_step(problem, GRID_RESOLUTION)
+    step = step if step is not None else cpsat.choose_step(problem, resolution)
     grid = on_grid(problem, step)
     dropped = tuple(cap if r in kept else math.inf for r, cap in enumerate(grid.limit.per_rank))
     relaxed = replace(grid, limit=replace(grid.limit, per_rank=dropped))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
@@ -40,6 +39,7 @@ from ...core.objective import Objective
 from ...core.profile import Profile, check_microbatches
 from ...sim.simulate import PassCosts, Timeline, memory_steps, simulate
 from ...sim.validate import over_limit, validate
+from ..budget import past
 from ..problem import Problem
 from .chunked import CHUNKED_ENGINES, chunked_variants, run_chunked
 from .list_engine import ListEngine
@@ -238,7 +238,7 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
     out: list[_Pending] = []
     seen: dict[tuple[tuple[Step, ...], ...], _Pending] = {}
     for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches):
-        if out and deadline is not None and time.monotonic() >= deadline:
+        if out and past(deadline):
             break
         try:
             res = run_engine(problem, opt)

@@ -32,8 +32,9 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
+from ..budget import past
 from .interleaved import interleaved_least
-from .rank_bound import (DoneCache, LayerSums, SplitBoundInput, chunks_bound, linear_rank, one_stage_per_rank, past,
+from .rank_bound import (DoneCache, LayerSums, SplitBoundInput, chunks_bound, linear_rank, one_stage_per_rank,
     rank_positions, v_chunks)
 
 

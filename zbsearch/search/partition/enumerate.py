@@ -26,9 +26,9 @@ from ...core.ir import Placement
 from ...core.memory import byte_cap, p_multiple
 from ...core.objective import Objective
 from ...core.profile import Profile
-from ..budget import BUDGET, Budget
+from ..budget import BUDGET, Budget, past
 from .bounds import cheap_bound, v_counts, v_rank
-from .rank_bound import DoneCache, LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, past, v_chunks
+from .rank_bound import DoneCache, LayerSums, SplitBoundInput, linear_rank, one_stage_per_rank, v_chunks
 
 LeafBound = Callable[[tuple[int, ...]], float]
 

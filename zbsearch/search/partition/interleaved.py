@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ...core.objective import Objective
-from .rank_bound import DoneCache, LayerSums, SplitBoundInput, chunks_bound, crossings_to, past, rank_positions
+from ..budget import past
+from .rank_bound import DoneCache, LayerSums, SplitBoundInput, chunks_bound, crossings_to, rank_positions
 
 
 def interleaved_least(data: SplitBoundInput, deadline: float | None = None) -> tuple[float, bool]:

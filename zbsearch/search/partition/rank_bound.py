@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -45,11 +44,6 @@ from ..budget import BUDGET, Budget
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
-
-
-def past(deadline: float | None) -> bool:
-    """Whether `deadline` (a time.monotonic(); None: none) has passed."""
-    return deadline is not None and time.monotonic() >= deadline
 
 
 class DoneCache(Generic[K, T]):

@@ -30,7 +30,7 @@ from ...core.objective import Objective, status_for
 from ...core.memory import DEFAULT_HEADROOM, byte_cap, parse_mem_limit
 from ...core.partition import check_chunk_counts, partition_profile, route_length
 from ...core.profile import Profile
-from ..budget import BUDGET, Budget
+from ..budget import BUDGET, Budget, past
 from ...core.placement import parse_placement
 from ..problem import Problem
 from ..solve.driver import solve
@@ -278,7 +278,7 @@ def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOption
     per_placement = options.time_limit / len(search.request.placements)
     budget = options.budget
     for entry in seeds:
-        if until is not None and time.monotonic() >= until:
+        if past(until):
             return
         if entry.problem is not None and entry.starts is None:
             give_starts(entry, search.leaf_bound(entry.placement)(entry.counts), budget.tune_share * per_placement,

@@ -11,8 +11,8 @@ grid rounds start from (a start it proves optimal skips them).
 Pairs go in the order that bound best on those instances: rank 0 with the deepest rank (the V-shape's
 turn), then with its neighbour, then with the others, each an equal share of the time left.
 
-Each pair runs on the solver's first grid (20-40 units in the shortest pass, durations rounded down: still
-a bound). On the grid exact for times rounded to 100 us, no pair of results/capped_pair_bound.md's rows was
+Each pair runs on the grid of the solver's coarse rounds (the options' resolution: 20-40 units in the
+shortest pass, durations rounded down: still a bound). On the grid exact for times rounded to 100 us, no pair of results/capped_pair_bound.md's rows was
 proven in its 2-3 s, and the one row it had raised fell back to the analytic bound.
 """
 
@@ -61,7 +61,8 @@ def pair_bound(problem: Problem, incumbent: float, lower: float, options: Search
         share = (deadline - time.monotonic()) / (len(order) - k)
         if share < MIN_PAIR_SECONDS:
             break
-        found = subset_bound(problem, (0, r), share, workers=options.workers, seed=int(options.seed))
+        found = subset_bound(problem, (0, r), share, workers=options.workers, seed=int(options.seed),
+                             resolution=options.resolution)
         tried += 1
         if best is None or found.value > best.value:
             best = found
