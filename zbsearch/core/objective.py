@@ -82,3 +82,14 @@ def status_for(value: float, bound: float) -> Status:
     (<Status.OPTIMAL: 'optimal'>, <Status.FEASIBLE: 'feasible'>)
     """
     return Status.OPTIMAL if value <= bound * (1 + OPTIMAL_RTOL) else Status.FEASIBLE
+
+
+def settled(value: float) -> float:
+    """`value` to 12 significant digits, for ordering: the same pass times summed in another order differ
+    in the last bits, and without this which schedule wins such a tie would depend on which the search
+    happened to reach (under a deadline, on the machine's speed) rather than on the order tried.
+
+    >>> settled(2176180.1227999963) == settled(2176180.1227999968)
+    True
+    """
+    return float(f"{value:.12g}")

@@ -35,7 +35,7 @@ from ... import schedules
 from ...core.errors import InfeasibleError, PreconditionError, ScheduleError
 from ...core.ir import Placement, Schedule, build
 from ...core.memory import MemoryLimit
-from ...core.objective import Objective
+from ...core.objective import Objective, settled
 from ...core.profile import Profile, check_microbatches
 from ...sim.simulate import PassCosts, Timeline, memory_steps, simulate
 from ...sim.validate import over_limit, validate
@@ -223,7 +223,7 @@ def _handcrafted_pending(problem: Problem, same_placement: bool) -> list[_Pendin
         quick = quick_cost(sched, profile, problem.limit)
         if quick is None:
             continue       # deadlocks or over the limit: validation would reject it
-        out.append(_Pending(name, (problem.objective.of(quick), quick.peak), _returning(sched)))
+        out.append(_Pending(name, (settled(problem.objective.of(quick)), quick.peak), _returning(sched)))
     return out
 
 
@@ -251,7 +251,7 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
         if ident in seen:
             seen[ident].aliases.append(name)
             continue
-        key = (res.cost(problem.objective), _peak_units(profile, res.peak))
+        key = (settled(res.cost(problem.objective)), _peak_units(profile, res.peak))
         seen[ident] = c = _Pending(name, key, functools.partial(engine_schedule, res, problem, opt))
         out.append(c)
     return out
@@ -276,7 +276,7 @@ def fits_as_run(problem: Problem, res: EngineResult) -> bool:
 
 def rank_key(tl: Timeline, objective: Objective) -> tuple[float, float]:
     """How candidates are ordered: the objective, then the peak in stage-M_B units."""
-    return objective.of(tl), _peak_units(tl.profile, (tl.peak_memory(r) for r in range(tl.num_ranks)))
+    return settled(objective.of(tl)), _peak_units(tl.profile, (tl.peak_memory(r) for r in range(tl.num_ranks)))
 
 
 def candidates(problem: Problem, *, handcrafted: bool = True, extra: bool = True, top: int | None = None,
