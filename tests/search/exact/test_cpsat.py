@@ -209,3 +209,32 @@ def test_choose_step_divides_the_pass_times_exactly_when_it_can(times, resolutio
     assert resolution <= shortest / chosen <= 2 * resolution
     for t in times:
         assert t / chosen == pytest.approx(round(t / chosen))
+
+
+class _Stoppable:
+    """What run_model._Watch reads of a CpSolver: the bound callback it sets and stop_search."""
+
+    def __init__(self) -> None:
+        self.best_bound_callback = None
+        self.stopped = False
+
+    def stop_search(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("bounds, stops", [((), True), ((3.0, 5.0), True), ((3.0, 6.0), False)])
+def test_a_search_gives_up_only_where_its_bound_has_not_risen_above_the_callers(bounds: tuple[float, ...],
+                                                                                stops: bool) -> None:
+    solver = _Stoppable()
+    watch = run_model._Watch(solver, run_model.GiveUp(30.0, 5))  # type: ignore[arg-type]
+    for bound in bounds:
+        solver.best_bound_callback(bound)  # type: ignore[misc]
+    watch._check()
+    assert solver.stopped is stops and watch.fired is stops
+
+
+def test_a_search_done_before_its_give_up_time_has_not_given_up() -> None:
+    g = grid("1p", "makespan")
+    result = solve_grid(g, hint=None, horizon=HORIZON, time_limit=10, workers=1, seed=0,
+                        give_up=run_model.GiveUp(30.0, 10**6))
+    assert (result.status, result.objective, result.gave_up) == ("optimal", 7, False)

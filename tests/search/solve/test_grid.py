@@ -20,8 +20,9 @@ from zbsearch.search.budget import Budget
 from zbsearch.search.problem import Problem
 from zbsearch.core.objective import OPTIMAL_RTOL
 from zbsearch.search.options import SearchOptions
-from zbsearch.search.solve.grid import (MAX_RESOLUTION, GridSearch, exact_step, grid_is_exact, horizon,
-                                        real_bound, refine)
+from zbsearch.search.solve.grid import (EXACT_FIRST_MAX_PASSES, MAX_RESOLUTION, GridSearch, _give_up, exact_step,
+                                        grid_is_exact, horizon, real_bound, refine)
+from zbsearch.search.solve.pair_phase import PAIR_MAX_PASSES
 from zbsearch.search.solve.starts import Start, heuristic_start, one_at_a_time, valid_start
 from zbsearch.sim.validate import check
 
@@ -130,3 +131,20 @@ def test_refine_reaches_the_known_optimum_from_one_microbatch_at_a_time() -> Non
     assert run.best.objective == pytest.approx(13.0) and run.bound == pytest.approx(13.0)
     assert run.rounds and run.rounds[-1].cpsat_status is Status.OPTIMAL and run.rounds[-1].grid_step == 1.0
     assert isinstance(run.best, Start) and check(run.best.schedule, problem.profile, problem.limit).ok
+
+
+@pytest.mark.parametrize("m, limit, gives_up", [
+    (PAIR_MAX_PASSES // 12, "1p", False),             # small enough for CP-SAT to prove: it keeps its time
+    (PAIR_MAX_PASSES // 12 + 1, "1p", True),
+    (EXACT_FIRST_MAX_PASSES // 12, "1p", True),
+    (EXACT_FIRST_MAX_PASSES // 12 + 1, "1p", False),  # starts on a coarse grid, as before
+    (PAIR_MAX_PASSES // 12 + 1, "none", False),       # no memory limit
+])
+def test_a_round_gives_up_to_the_windows_only_on_a_mid_sized_capped_model(m: int, limit: str, gives_up: bool) -> None:
+    problem = _problem(1, 1, 1, p=4, m=m, limit=limit)  # 4 ranks x 3 passes per microbatch
+    search = _search(problem, deadline=20.0, budget=Budget(grid_give_up_share=0.25))
+    found = _give_up(search, 0.5, 10.2)
+    assert (found is not None) is gives_up
+    if found is not None:
+        # a quarter of the time left, and the caller's bound in grid units, rounded up: CP-SAT must prove more
+        assert found.seconds == pytest.approx(5.0, abs=0.1) and found.bound == 21

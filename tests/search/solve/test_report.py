@@ -67,10 +67,13 @@ def test_absent_details_are_left_out_and_the_lns_reason_takes_its_key() -> None:
         assert absent not in out
 
 
-@pytest.mark.parametrize("rejected,keys", [(None, ["grid_step", "cpsat_status", "cpsat_seconds"]),
-                                           ("no", ["grid_step", "cpsat_status", "cpsat_seconds", "rejected"])])
-def test_a_grid_round_as_a_dict(rejected: str | None, keys: list[str]) -> None:
-    out = GridRound(0.5, Status.UNKNOWN, 2.0, rejected).to_dict()
+@pytest.mark.parametrize("rejected,gave_up,keys", [
+    (None, False, ["grid_step", "cpsat_status", "cpsat_seconds"]),
+    ("no", False, ["grid_step", "cpsat_status", "cpsat_seconds", "rejected"]),
+    (None, True, ["grid_step", "cpsat_status", "cpsat_seconds", "gave_up"]),
+])
+def test_a_grid_round_as_a_dict(rejected: str | None, gave_up: bool, keys: list[str]) -> None:
+    out = GridRound(0.5, Status.UNKNOWN, 2.0, rejected, gave_up).to_dict()
     assert list(out) == keys
     assert out["grid_step"] == 0.5 and out["cpsat_status"] == "unknown" and out["cpsat_seconds"] == 2.0
 

@@ -4,6 +4,7 @@ as full backwards)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +33,36 @@ class ModelResult:
     wall: float
     build: float = 0.0  # seconds spent building the model before the search started
     fused: frozenset[Action] = frozenset()  # the Bs whose backward the solution runs fused
+    gave_up: bool = False  # stopped by its GiveUp: its bound had not risen in time
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Stop the search `seconds` after it starts unless CP-SAT's bound has risen above `bound` (grid units)
+    by then: a full model that proves nothing beyond the bound the caller has is not on its way to a
+    proof, and on capped models of a few hundred passes the large-neighbourhood search improves the
+    incumbent faster than it does (solve/driver.py hands it the time left)."""
+
+    seconds: float
+    bound: int
+
+
+class _Watch:
+    """CP-SAT's bound as it rises, and a timer that stops the search where a GiveUp says so."""
+
+    def __init__(self, solver: cp_model.CpSolver, give_up: GiveUp | None) -> None:
+        self.solver, self.give_up, self.bound, self.fired = solver, give_up, -float("inf"), False
+        solver.best_bound_callback = self._on_bound
+        self.timer = threading.Timer(give_up.seconds, self._check) if give_up is not None else None
+
+    def _on_bound(self, bound: float) -> None:
+        self.bound = bound
+
+    def _check(self) -> None:
+        assert self.give_up is not None
+        if self.bound <= self.give_up.bound:
+            self.fired = True
+            self.solver.stop_search()
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -48,11 +79,11 @@ def solve_grid(
     grid: Problem, *, hint: dict[Action, int] | None, horizon: int, time_limit: float, workers: int,
     seed: int, progress: Callable[[float, int, int], None] | None = None, headroom: int = 0,
     first_start_cap: list[int] | None = None, arrival_slack: int | None = None,
-    hint_fused: frozenset[Action] = frozenset(), budget: Budget = BUDGET,
+    hint_fused: frozenset[Action] = frozenset(), budget: Budget = BUDGET, give_up: GiveUp | None = None,
 ) -> ModelResult:
     """Build and solve the grid model; return the best starts found (and which backwards they fuse)
     and the proven bound. `hint_fused`: the Bs whose backward the hint runs fused; `budget`: the caps of
-    the rank bounds the model reads."""
+    the rank bounds the model reads; `give_up`: when to stop early (see GiveUp)."""
     t0 = time.monotonic()
     model, v = build_model(grid, horizon, headroom, first_start_cap, arrival_slack, budget)
     if hint:
@@ -69,14 +100,22 @@ def solve_grid(
     params.log_search_progress = False
     if len(grid.passes) > PROBING_MAX_PASSES:
         params.cp_model_probing_level = 0
-    status = solver.solve(model, _Progress(progress, t0))
+    watch = _Watch(solver, give_up)
+    if watch.timer is not None:
+        watch.timer.start()
+    try:
+        status = solver.solve(model, _Progress(progress, t0))
+    finally:
+        if watch.timer is not None:
+            watch.timer.cancel()
     name = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
             cp_model.INFEASIBLE: Status.INFEASIBLE}.get(status, Status.UNKNOWN)
     starts = {a: int(solver.value(s)) for a, s in v.start.items()} if name in (Status.OPTIMAL, Status.FEASIBLE) else {}
     objective = int(solver.objective_value) if starts else None
     bound = int(solver.best_objective_bound) if name is not Status.INFEASIBLE else 0
     fused = frozenset(b for b, var in v.fused.items() if solver.boolean_value(var)) if starts else frozenset()
-    return ModelResult(name, objective, bound, starts, time.monotonic() - t0, built, fused)
+    return ModelResult(name, objective, bound, starts, time.monotonic() - t0, built, fused,
+                       watch.fired and name is not Status.OPTIMAL)
 
 
 def orders_from_starts(grid: Problem, starts: dict[Action, int], name: str,

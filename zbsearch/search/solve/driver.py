@@ -92,8 +92,9 @@ def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: St
     lns_stats, lns_not_run = None, None
     # Where the full model was skipped or stalled on the start, the time left goes to re-solving windows
     # of it (exact/lns.py). Not after a grid proven optimal: windows on a grid could only win back rounding.
+    # So too where the grid gave up its time (its bound had not risen: grid.py's _give_up).
     stalled = best is start and (not run.rounds or run.rounds[-1].cpsat_status is not Status.OPTIMAL)
-    if stalled and status_for(best.objective, lb) is Status.FEASIBLE:
+    if (stalled or run.gave_up) and status_for(best.objective, lb) is Status.FEASIBLE:
         best, lns_stats, lns_not_run = _improve_by_lns(problem, best, t0 + search.deadline, options)
         if lns_stats is not None and lns_stats.windows:
             options.tell(time.monotonic() - t0, best.objective, lb, "lns")

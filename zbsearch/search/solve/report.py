@@ -25,19 +25,23 @@ __all__ = ["GridRound", "PartitionDetails", "PlacementOutcome", "Progress", "Ran
 
 @dataclass(frozen=True)
 class GridRound:
-    """One CP-SAT call on a time grid: its step, how it ended, its wall time, and why its answer was
-    dropped, where it was."""
+    """One CP-SAT call on a time grid: its step, how it ended, its wall time, why its answer was
+    dropped, where it was, and whether it gave up its time to the large-neighbourhood search (its bound had
+    not risen: grid.py's _give_up)."""
 
     grid_step: float
     cpsat_status: Status
     cpsat_seconds: float
     rejected: str | None = None
+    gave_up: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"grid_step": self.grid_step, "cpsat_status": self.cpsat_status,
                                "cpsat_seconds": self.cpsat_seconds}
         if self.rejected is not None:
             out["rejected"] = self.rejected
+        if self.gave_up:
+            out["gave_up"] = True
         return out
 
 
