@@ -13,7 +13,7 @@ A solve (search/solve/driver.py) with time limit T, in order:
 4. on a small problem under a limit, the pair phase (solve/pair_phase.py) for `pair_share` x T;
 5. CP-SAT on a refining grid, then the large-neighbourhood search, until (1 - `reserve`) x T - 0.5 s;
    a model is skipped when fewer than `cpsat_seconds_per_pass` seconds per pass are left; on a capped
-   model too large for the pair phase, a grid round that has proven nothing beyond the bound after
+   chunked model too large for the pair phase, a grid round that has proven nothing beyond the bound after
    `grid_give_up_share` of the time left hands the rest to the large-neighbourhood search;
 6. the last `reserve` x T: re-timing and validating what CP-SAT returned.
 

@@ -133,15 +133,18 @@ def test_refine_reaches_the_known_optimum_from_one_microbatch_at_a_time() -> Non
     assert isinstance(run.best, Start) and check(run.best.schedule, problem.profile, problem.limit).ok
 
 
-@pytest.mark.parametrize("m, limit, gives_up", [
-    (PAIR_MAX_PASSES // 12, "1p", False),             # small enough for CP-SAT to prove: it keeps its time
-    (PAIR_MAX_PASSES // 12 + 1, "1p", True),
-    (EXACT_FIRST_MAX_PASSES // 12, "1p", True),
-    (EXACT_FIRST_MAX_PASSES // 12 + 1, "1p", False),  # starts on a coarse grid, as before
-    (PAIR_MAX_PASSES // 12 + 1, "none", False),       # no memory limit
+@pytest.mark.parametrize("m, placement, limit, gives_up", [
+    (PAIR_MAX_PASSES // 24, "v", "1p", False),             # small enough for CP-SAT to prove: it keeps its time
+    (PAIR_MAX_PASSES // 24 + 1, "v", "1p", True),
+    (EXACT_FIRST_MAX_PASSES // 24, "v", "1p", True),
+    (EXACT_FIRST_MAX_PASSES // 24 + 1, "v", "1p", False),  # starts on a coarse grid, as before
+    (PAIR_MAX_PASSES // 24 + 1, "v", "none", False),       # no memory limit
+    (PAIR_MAX_PASSES // 12 + 1, "linear", "1p", False),    # one chunk per rank: the full model did better
 ])
-def test_a_round_gives_up_to_the_windows_only_on_a_mid_sized_capped_model(m: int, limit: str, gives_up: bool) -> None:
-    problem = _problem(1, 1, 1, p=4, m=m, limit=limit)  # 4 ranks x 3 passes per microbatch
+def test_a_round_gives_up_to_the_windows_only_on_a_mid_sized_capped_chunked_model(m: int, placement: str, limit: str,
+                                                                                  gives_up: bool) -> None:
+    pl = vshape(4) if placement == "v" else linear(4)  # 3 passes per microbatch and chunk
+    problem = _problem(1, 1, 1, p=4, m=m, placement=pl, limit=limit)
     search = _search(problem, deadline=20.0, budget=Budget(grid_give_up_share=0.25))
     found = _give_up(search, 0.5, 10.2)
     assert (found is not None) is gives_up
