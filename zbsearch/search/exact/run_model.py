@@ -48,12 +48,22 @@ class GiveUp:
 
 
 class _Watch:
-    """CP-SAT's bound as it rises, and a timer that stops the search where a GiveUp says so."""
+    """CP-SAT's bound as it rises, and, while the `with` block runs the search, a timer that stops it where
+    a GiveUp says so."""
 
     def __init__(self, solver: cp_model.CpSolver, give_up: GiveUp | None) -> None:
         self.solver, self.give_up, self.bound, self.fired = solver, give_up, -float("inf"), False
         solver.best_bound_callback = self._on_bound
         self.timer = threading.Timer(give_up.seconds, self._check) if give_up is not None else None
+
+    def __enter__(self) -> "_Watch":
+        if self.timer is not None:
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
     def _on_bound(self, bound: float) -> None:
         self.bound = bound
@@ -100,14 +110,8 @@ def solve_grid(
     params.log_search_progress = False
     if len(grid.passes) > PROBING_MAX_PASSES:
         params.cp_model_probing_level = 0
-    watch = _Watch(solver, give_up)
-    if watch.timer is not None:
-        watch.timer.start()
-    try:
+    with _Watch(solver, give_up) as watch:
         status = solver.solve(model, _Progress(progress, t0))
-    finally:
-        if watch.timer is not None:
-            watch.timer.cancel()
     name = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
             cp_model.INFEASIBLE: Status.INFEASIBLE}.get(status, Status.UNKNOWN)
     starts = {a: int(solver.value(s)) for a, s in v.start.items()} if name in (Status.OPTIMAL, Status.FEASIBLE) else {}

@@ -163,7 +163,7 @@ def _give_up(search: GridSearch, step: float, lb: float) -> GiveUp | None:
     from 0.63/0.38/1.28% to 0.81/0.46/1.95%."""
     problem, placement = search.problem, search.problem.placement
     if not PAIR_MAX_PASSES < len(problem.passes) <= EXACT_FIRST_MAX_PASSES \
-            or placement.num_chunks <= placement.num_ranks or all(math.isinf(c) for c in problem.limit.per_rank):
+            or placement.num_chunks <= placement.num_ranks or problem.limit.unlimited:
         return None
     return GiveUp(search.options.budget.grid_give_up_share * search.left(), int(math.ceil(lb / step - 1e-9)))
 

@@ -12,8 +12,9 @@ Pairs go in the order that bound best on those instances: rank 0 with the deepes
 turn), then with its neighbour, then with the others, each an equal share of the time left.
 
 Each pair runs on the grid of the solver's coarse rounds (the options' resolution: 20-40 units in the
-shortest pass, durations rounded down: still a bound). On the grid exact for times rounded to 100 us, no pair of results/capped_pair_bound.md's rows was
-proven in its 2-3 s, and the one row it had raised fell back to the analytic bound.
+shortest pass, durations rounded down: still a bound). On the grid exact for times rounded to 100 us, no
+pair of results/capped_pair_bound.md's rows was proven in its 2-3 s, and the one row it had raised fell
+back to the analytic bound.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def worth_a_pair(problem: Problem, incumbent: float, lower: float) -> bool:
     some rank, three ranks or more (two kept of two is the grid model itself), few enough passes, and a
     gap left."""
     return applies(problem) and problem.num_ranks >= 3 and len(problem.passes) <= PAIR_MAX_PASSES \
-        and any(not math.isinf(cap) for cap in problem.limit.per_rank) and lower < incumbent * (1 - 1e-12)
+        and not problem.limit.unlimited and lower < incumbent * (1 - 1e-12)
 
 
 def pair_order(p: int) -> list[int]:

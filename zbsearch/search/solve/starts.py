@@ -122,7 +122,7 @@ def periodic_applies(problem: Problem) -> bool:
     limit (where it has beaten the other starts; see greedy/modulo.py)."""
     pl = problem.placement
     return len(pl.routes) == 1 and pl.num_chunks > pl.num_ranks \
-        and not all(math.isinf(cap) for cap in problem.limit.per_rank)
+        and not problem.limit.unlimited
 
 
 def periodic_start(problem: Problem, start: Start, deadline: float) -> Improved:
