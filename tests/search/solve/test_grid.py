@@ -23,8 +23,10 @@ from zbsearch.search.options import SearchOptions
 from zbsearch.search.solve.grid import (EXACT_FIRST_MAX_PASSES, MAX_RESOLUTION, GridSearch, _give_up, exact_step,
                                         grid_is_exact, horizon, real_bound, refine)
 from zbsearch.search.solve.pair_phase import PAIR_MAX_PASSES
+from zbsearch.search.exact.run_model import ModelResult
+import zbsearch.search.solve.grid as grid_module
 from zbsearch.search.solve.starts import Start, heuristic_start, one_at_a_time, valid_start
-from zbsearch.sim.validate import check
+from zbsearch.sim.validate import ValidationReport, check
 
 
 def _problem(F: float, B: float, W: float, comm: float = 0.0, *, p: int = 2, m: int = 2, objective: str = "makespan",
@@ -151,3 +153,19 @@ def test_a_round_gives_up_to_the_windows_only_on_a_mid_sized_capped_chunked_mode
     if found is not None:
         # a quarter of the time left, and the caller's bound in grid units, rounded up: CP-SAT must prove more
         assert found.seconds == pytest.approx(5.0, abs=0.1) and found.bound == 21
+
+
+def test_a_round_that_gave_up_says_so_even_when_the_validator_rejects_its_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver hands the windows the time a round gave up; a rejected answer must not hide that it did.
+    problem = _problem(1, 1, 1, p=4, m=PAIR_MAX_PASSES // 24 + 1, placement=vshape(4), limit="1p")
+    start = heuristic_start(problem)
+    assert start is not None
+    hinted = {ps.action: 0 for ps in problem.passes}
+    monkeypatch.setattr(grid_module, "solve_grid", lambda *args, **kwargs: ModelResult(
+        Status.FEASIBLE, 1, 0, hinted, 0.1, gave_up=True))
+    monkeypatch.setattr(grid_module, "orders_from_starts", lambda *args: start.schedule)
+    monkeypatch.setattr(grid_module, "check", lambda *args: ValidationReport(["rank 0: out of memory"]))
+    run = refine(_search(problem), start, 1.0)
+    assert run.best is start and run.rounds[-1].rejected == "rank 0: out of memory"
+    assert run.gave_up

@@ -146,7 +146,8 @@ def _round(search: GridSearch, best: Start, step: float, lb: float) -> _Outcome:
     candidate = orders_from_starts(grid, result.starts, "zbsearch", result.fused)
     report = check(candidate, problem.profile, problem.limit)
     if not report.ok:
-        return _Outcome(result.status, bound, None, None, result.wall, report.problems[0], result.build)
+        return _Outcome(result.status, bound, None, None, result.wall, report.problems[0], result.build,
+                        gave_up=result.gave_up)
     return _Outcome(result.status, bound, candidate, report.timeline, result.wall, build=result.build,
                     gave_up=result.gave_up)
 
