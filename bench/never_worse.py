@@ -76,11 +76,13 @@ def _reading(rows: list[dict[str, Any]]) -> str:
     same = (joint["split"], joint["placement"], joint["start_us"]) == (named["split"], named["placement"], named["start_us"])
     text = f"\nThe joint plan is {diff:+.2%} against `--partition balanced`'s"
     if same:
-        text += (" on the same split and placement, from the same start: `--partition balanced` gives CP-SAT the whole"
-                 " limit on it, the joint search what is left after scoring the other splits (until"
-                 " Budget.split_search_share of the limit) and before its bound over every split (the last"
-                 " split_bound_share)")
-        text += ", so it takes the same start less far." if diff > 0 else "."
+        text += (" on the same split and placement, from the same start: `--partition balanced` gives the solver"
+                 " that placement's share of the limit (half, with linear and V; more where linear ends early), the"
+                 " joint search what is left after scoring the other splits (until Budget.split_search_share of the"
+                 " limit) and before its bound over every split (the last split_bound_share), with the time of a"
+                 " second split whose bound cannot beat the plan in hand (partition/polish.py)")
+        text += (", so it takes the same start less far." if diff > 0 else
+                 "; the difference is what the solver found in its time, which moves run to run.")
     return text + "\n"
 
 

@@ -21,7 +21,7 @@ from zbsearch.search import budget as budget_module
 from zbsearch.search.budget import BUDGET, Budget
 from zbsearch.search import options as options_module
 from zbsearch.search.options import Progress, SearchOptions
-from zbsearch.search.partition import search
+from zbsearch.search.partition import polish as polish_module, search
 from zbsearch.search.recompute import search as recompute
 from zbsearch.search.partition.search import SplitRequest
 from zbsearch.search.problem import Problem, make_problem
@@ -127,7 +127,7 @@ def test_the_joint_searches_before_recompute_get_the_plain_share(monkeypatch: py
 def test_the_split_search_scores_and_polishes_for_its_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     searches: list[Any] = []
     polished: list[SearchOptions] = []
-    real_search, real_solve = search.SplitSearch, search.solve
+    real_search, real_solve = search.SplitSearch, polish_module.solve
 
     def split_search(*args: Any) -> Any:
         searches.append(real_search(*args))
@@ -137,10 +137,16 @@ def test_the_split_search_scores_and_polishes_for_its_shares(monkeypatch: pytest
         polished.append(options)
         return real_solve(problem, options.with_time(0.0), starts)
 
+    def go_on(result: Any, options: SearchOptions) -> Any:  # a second split that cannot win leaves it its time
+        polished.append(options)
+        return result
+
     monkeypatch.setattr(search, "time", _frozen_clock())
+    monkeypatch.setattr(polish_module, "time", _frozen_clock())
     monkeypatch.setattr(options_module, "time", _frozen_clock())
     monkeypatch.setattr(search, "SplitSearch", split_search)
-    monkeypatch.setattr(search, "solve", solve)
+    monkeypatch.setattr(polish_module, "solve", solve)
+    monkeypatch.setattr(polish_module, "go_on", go_on)
     search.search_splits(_request(("linear",)), SearchOptions(time_limit=T, budget=OTHER))
     assert searches[0].deadline == pytest.approx(NOW + OTHER.split_search_share * T)
     assert all(s.budget is OTHER for s in searches)

@@ -14,7 +14,8 @@ A solve (search/solve/driver.py) with time limit T, in order:
 5. CP-SAT on a refining grid, then the large-neighbourhood search, until (1 - `reserve`) x T - 0.5 s;
    a model is skipped when fewer than `cpsat_seconds_per_pass` seconds per pass are left; on a capped
    chunked model too large for the pair phase, a grid round that has proven nothing beyond the bound after
-   `grid_give_up_share` of the time left hands the rest to the large-neighbourhood search;
+   `grid_give_up_share` of the time left (`coarse_give_up_share` on a coarse grid) hands the rest to the
+   large-neighbourhood search;
 6. the last `reserve` x T: re-timing and validating what CP-SAT returned.
 
 Each phase stops early when it settles, and what it leaves goes to the next. In the worst case (a
@@ -69,6 +70,9 @@ class Budget:
     # of the time left unless CP-SAT has proven more than the bound it started from; the large-neighbourhood
     # search takes the rest (`python bench/capped_optimum.py --family B --p 4`).
     grid_give_up_share: float = 0.3
+    # The same on a model large enough to start on a coarse grid (more than 600 passes), whose orders the
+    # windows re-time exactly (issue 39's example, results/never_worse.md).
+    coarse_give_up_share: float = 0.5
     # The deepest rank's window walk (bounds/window_nesting.py): on the paper's V-shape at 1p it proves
     # the start optimal in 0.1 s (p=16, m=48) to about 5 s (p=32, m=256) (`python bench/solve_bench.py
     # --only v-large`).

@@ -19,8 +19,8 @@ from zbsearch.core.memory import DEFAULT_HEADROOM
 from zbsearch.search.budget import Budget
 from zbsearch.search.options import SearchOptions
 from zbsearch.search.partition import bounds as bounds_module, enumerate as enumerate_module
-from zbsearch.search.partition.search import (NEAR, POLISH, Scored, SplitRequest, SplitSearch, _to_polish,
-    any_split_bound_of, search_splits)
+from zbsearch.search.partition.polish import NEAR, POLISH, to_polish as _to_polish
+from zbsearch.search.partition.search import Scored, SplitRequest, SplitSearch, any_split_bound_of, search_splits
 from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound
 from zbsearch.search.partition.enumerate import bound_input, refined_bound
 

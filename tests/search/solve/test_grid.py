@@ -135,24 +135,27 @@ def test_refine_reaches_the_known_optimum_from_one_microbatch_at_a_time() -> Non
     assert isinstance(run.best, Start) and check(run.best.schedule, problem.profile, problem.limit).ok
 
 
-@pytest.mark.parametrize("m, placement, limit, gives_up", [
-    (PAIR_MAX_PASSES // 24, "v", "1p", False),             # small enough for CP-SAT to prove: it keeps its time
-    (PAIR_MAX_PASSES // 24 + 1, "v", "1p", True),
-    (EXACT_FIRST_MAX_PASSES // 24, "v", "1p", True),
-    (EXACT_FIRST_MAX_PASSES // 24 + 1, "v", "1p", False),  # starts on a coarse grid, as before
-    (PAIR_MAX_PASSES // 24 + 1, "v", "none", False),       # no memory limit
-    (PAIR_MAX_PASSES // 12 + 1, "linear", "1p", False),    # one chunk per rank: the full model did better
+@pytest.mark.parametrize("m, placement, limit, share", [
+    (PAIR_MAX_PASSES // 24, "v", "1p", None),                # small enough for CP-SAT to prove: it keeps its time
+    (PAIR_MAX_PASSES // 24 + 1, "v", "1p", 0.25),
+    (EXACT_FIRST_MAX_PASSES // 24, "v", "1p", 0.25),
+    (EXACT_FIRST_MAX_PASSES // 24 + 1, "v", "1p", 0.5),      # starts on a coarse grid: the windows re-time it
+    (4 * EXACT_FIRST_MAX_PASSES // 24, "v", "1p", 0.5),
+    (PAIR_MAX_PASSES // 24 + 1, "v", "none", None),          # no memory limit
+    (EXACT_FIRST_MAX_PASSES // 24 + 1, "v", "none", None),
+    (PAIR_MAX_PASSES // 12 + 1, "linear", "1p", None),       # one chunk per rank: the full model did better
+    (EXACT_FIRST_MAX_PASSES // 12 + 1, "linear", "1p", None),
 ])
-def test_a_round_gives_up_to_the_windows_only_on_a_mid_sized_capped_chunked_model(m: int, placement: str, limit: str,
-                                                                                  gives_up: bool) -> None:
+def test_a_round_gives_up_to_the_windows_only_on_a_capped_chunked_model_too_large_to_prove(
+        m: int, placement: str, limit: str, share: float | None) -> None:
     pl = vshape(4) if placement == "v" else linear(4)  # 3 passes per microbatch and chunk
     problem = _problem(1, 1, 1, p=4, m=m, placement=pl, limit=limit)
-    search = _search(problem, deadline=20.0, budget=Budget(grid_give_up_share=0.25))
+    search = _search(problem, deadline=20.0, budget=Budget(grid_give_up_share=0.25, coarse_give_up_share=0.5))
     found = _give_up(search, 0.5, 10.2)
-    assert (found is not None) is gives_up
+    assert (found is not None) is (share is not None)
     if found is not None:
-        # a quarter of the time left, and the caller's bound in grid units, rounded up: CP-SAT must prove more
-        assert found.seconds == pytest.approx(5.0, abs=0.1) and found.bound == 21
+        # the share of the time left, and the caller's bound in grid units, rounded up: CP-SAT must prove more
+        assert found.seconds == pytest.approx(20.0 * share, abs=0.1) and found.bound == 21
 
 
 def test_a_round_that_gave_up_says_so_even_when_the_validator_rejects_its_answer(

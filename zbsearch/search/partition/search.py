@@ -7,9 +7,9 @@ the even and balanced splits (the ones `--partition` names; the other seeds whil
 lasts) the tuned and periodic starts solve() would give them under `--partition NAME`, for the same
 seconds (partition/scored.py); then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
 smallest and never one whose bound cannot beat the best, while they improve the score and time
-allows; then polish with the full solver (CP-SAT) the best split and, of those within NEAR of it, the
-one of least own bound, each for a time in proportion to what it could still gain (its best start's
-distance to its own bound), from its best start. So the answer is never slower than the start
+allows; then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
+own bound (partition/polish.py; a later split whose bound cannot beat the plan in hand leaves its time to the
+best). So the answer is never slower than the start
 `--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
 give the same schedule where neither is cut short by its deadline); CP-SAT's time on the split differs,
 so the final plans may still differ by what it finds. The answer's lower bound is the
@@ -36,26 +36,16 @@ from ..problem import Problem
 from ..solve.driver import solve
 from ..options import SearchOptions
 from ..solve.report import PartitionDetails, SolveResult
-from ..solve.starts import Starts, heuristic_start
+from ..solve.starts import heuristic_start
 from ...profiling.partition import linear_partition
 from .bounds import least_bound_split, split_bound
 from .enumerate import bound_input, refined_bound
 from .leaf import RankCache
 from .report import rank_totals, split_facts
+from .polish import polish
 from .scored import NAMED, Scored, give_starts
 from .candidates import (balanced_counts, even_counts, memory_capped_counts, parse_rule, rank_balanced,
     rank_work, transfers)
-
-# How many of the best splits the solver polishes.
-POLISH = 2
-# The splits after the best that may be polished: those whose heuristic schedule is within this
-# share of the best's (the first NEAR_CANDIDATES by heuristic), least own bound first.
-NEAR = 0.02
-NEAR_CANDIDATES = 40
-# A polish given less time than this starts from the split's heuristic schedule as it is: its better starts
-# would have no time to run.
-MIN_POLISH_SECONDS = 1.0
-
 
 @dataclass(frozen=True)
 class SplitRequest:
@@ -251,23 +241,7 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
     if not ranked:
         raise _no_split_fits(request, search)
     options.tell(time.monotonic() - t0, ranked[0].found, 0.0, "split search")
-    results: list[SolveResult] = []
-    origins: dict[int, str] = {}
-    chosen = _to_polish(search, ranked)
-    # Each split's time in proportion to how far its heuristic is above its own bound: what the
-    # solver could still gain there.
-    room = [max(entry.found - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
-    for k, entry in enumerate(chosen):
-        left = (1 - budget.split_bound_share) * time_limit - (time.monotonic() - t0)
-        if k > 0 and left <= 0:
-            break  # the best is polished whatever the limit, the others only in the time left
-        share = left * room[k] / sum(room[k:])
-        assert entry.problem is not None and entry.start is not None
-        # With no time to improve it, the split's own heuristic start is the one to polish from.
-        given = entry.starts if entry.starts is not None or share >= MIN_POLISH_SECONDS else Starts(entry.start)
-        results.append(solve(entry.problem, options.with_time(share), given))
-        origins[id(results[-1])] = entry.origin
-        search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
+    results, origins = polish(search, ranked, options, t0 + (1 - budget.split_bound_share) * time_limit)
     return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)
 
 
@@ -283,18 +257,6 @@ def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOption
         if entry.problem is not None and entry.starts is None:
             give_starts(entry, search.leaf_bound(entry.placement)(entry.counts), budget.tune_share * per_placement,
                         budget.periodic_share * per_placement, options.seed, math.inf if until is None else until)
-
-
-def _to_polish(search: SplitSearch, ranked: list[Scored]) -> list[Scored]:
-    """The splits the solver polishes: the best by its heuristic schedule, then, among those whose
-    heuristic comes within NEAR of it, the ones whose own bound is least. A split the heuristics
-    rate a little worse can still be the better one to solve: the solver can take it down to its
-    bound, and on gpt3-2.7b at 10 GiB the two best heuristic splits had the same bound (473.1 ms) and
-    neither solved below 485.5 ms, while the fourth (486.5 ms, bound 468.6 ms) solves to 480.5 ms."""
-    best = ranked[0]
-    near = [s for s in ranked[1:NEAR_CANDIDATES] if s.found <= best.found * (1 + NEAR)]
-    rest = sorted(near, key=lambda s: (search.leaf_bound(s.placement)(s.counts), s.found_key))
-    return [best] + rest[:POLISH - 1] if rest else ranked[:POLISH]
 
 
 def _no_split_fits(request: SplitRequest, search: SplitSearch) -> Exception:

@@ -62,6 +62,26 @@ def _bounds(problem: Problem, options: SearchOptions) -> _Bounds:
     return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
 
 
+def analytic_bound(problem: Problem, options: SearchOptions) -> float:
+    """The bound solve() starts from on `problem`, before CP-SAT (its nesting walk within the options'
+    `nest_share` of their time): what a caller reads to tell whether solving it could beat a plan in hand."""
+    return _bounds(problem, options).lower
+
+
+def go_on(result: SolveResult, options: SearchOptions) -> SolveResult:
+    """`result` solved further for the options' time, from its own plan: the answer if better, as one record
+    (its start and first grid rounds, the bounds of both, the seconds of both); else `result`."""
+    first = Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
+    again = solve(result.problem, options, Starts(first, result.details.tuned_start, result.details.periodic_start))
+    seconds = result.solve_seconds + again.solve_seconds
+    lower = min(max(result.lower_bound, again.lower_bound), again.objective, result.objective)
+    if again.objective >= result.objective * (1 - 1e-12):
+        return replace(result, lower_bound=lower, status=status_for(result.objective, lower), solve_seconds=seconds)
+    details = replace(again.details, grid_rounds=result.details.grid_rounds + again.details.grid_rounds)
+    return replace(again, lower_bound=lower, status=status_for(again.objective, lower), solve_seconds=seconds,
+                   heuristic_objective=result.heuristic_objective, details=details)
+
+
 def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOptions) -> Starts:
     """starts.better_starts with the budget's tune and periodic shares of the time limit."""
     budget = options.budget
