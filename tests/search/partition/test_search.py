@@ -454,3 +454,30 @@ def test_the_bound_over_every_split_past_its_deadline_is_weaker_and_says_so() ->
         assert cut.by_placement[name]["bound"] <= full.by_placement[name]["bound"] + 1e-9
         assert cheap_cut.by_placement[name]["bound"] <= full.by_placement[name]["bound"] + 1e-9
     assert cut.value <= full.value + 1e-9
+
+
+def test_the_other_seeds_are_scored_before_the_named_splits_take_their_starts(monkeypatch: pytest.MonkeyPatch):
+    """The named splits' tuned and periodic starts may run until the polish (scored.give_starts); the other
+    seeds are scored before them, so a search whose starts outlast the scoring share still scores them (at
+    25 s on p=8, m=32 none was, and llama3-8b at 49 GiB kept the V balanced split's 8,075 ms)."""
+    import zbsearch.search.partition.search as search_module
+
+    order: list[str] = []
+    real_score, real_starts = SplitSearch.score, search_module._give_starts
+
+    def score(self, placement, counts, origin):
+        order.append("score " + origin)
+        return real_score(self, placement, counts, origin)
+
+    def give_starts(search, seeds, options, until):
+        order.append("starts")
+        return real_starts(search, seeds, options, until)
+
+    monkeypatch.setattr(SplitSearch, "score", score)
+    monkeypatch.setattr(search_module, "_give_starts", give_starts)
+    prof = layered(random_layers(9, 11), 8, comm=0.5)
+    search_splits(SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto"), SearchOptions(time_limit=2.0))
+    first_starts = order.index("starts")
+    seeds = [k for k, step in enumerate(order) if step.startswith("score ")
+             and step[len("score "):] not in ("balanced", "even")]
+    assert seeds and seeds[0] < first_starts

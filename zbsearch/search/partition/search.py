@@ -220,16 +220,18 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
         if len(request.profile.layers or ()) < k:
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
     # Every placement's named splits first, whatever the time (past the scoring share with one heuristic
-    # each), then start where `--partition NAME` would (scored.py) while the polish's time lasts; then the
-    # other seeds, each a heuristic run (0.4 s at p=8, m=32; 2.5 s on the V-shape at p=8, m=128), while
-    # the scoring share lasts.
+    # each); then the other seeds, each a heuristic run (0.4 s at p=8, m=32; 2.5 s on the V-shape at p=8,
+    # m=128), while the scoring share lasts; then the named splits start where `--partition NAME` would
+    # (scored.py) while the polish's time lasts. The seeds come before those starts: at 25 s on p=8, m=32
+    # the starts took the whole scoring share and no other seed was scored (llama3-8b at 49 GiB: the V
+    # balanced split's 8,075.0 ms, where the memory-fitting linear seed's heuristic gives 6,384.3).
     named = [search.score(pl, counts, origin) for pl in placements for origin, counts in named_splits(request, pl)]
-    _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
     seeds = list(named)
     for placement in placements:
         for origin, counts in seed_splits(request, placement, budget, search.deadline):
             if origin not in NAMED and time.monotonic() < search.deadline:
                 seeds.append(search.score(placement, counts, origin))
+    _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
     per_placement = len(placements)
     for k, placement in enumerate(placements):
         mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
