@@ -24,11 +24,12 @@ problem) 2 x 0.30 + 0.15 + 0.10 + 0.20 + 0.10 = 1.15 of T is spoken for before C
 then leave it none); with the bound taken once and no pair phase, 0.65.
 
 A partition search (search/partition/search.py) with time limit T over P placements first scores every
-placement's named splits (balanced, then even: past `split_search_share` x T with one greedy variant each)
-and gives them the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition
-NAME` gives them, until (1 - `split_bound_share`) x T; then scores the other seeds (the least-bound seed's DP
-included) until `split_search_share` x T; polishes the best with `solve` until (1 - `split_bound_share`) x T
-(a second split only while time is left; with less than a second, from its heuristic schedule as it is), and
+placement's named splits (balanced, then even: past `split_search_share` x T with one greedy variant each),
+then the other seeds (the least-bound seed's DP included) until `split_search_share` x T; gives the named
+splits the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition NAME`
+gives them, until (1 - `split_bound_share`) x T; polishes the best with `solve` until (1 - `split_bound_share`)
+x T (a second split only while time is left and its bound could beat the plan in hand, else the best again;
+with less than a second, from its heuristic schedule as it is), and
 takes the bound over every split in what is left: its DPs, tables and walks stop there, and one cut short is
 a weaker bound that still holds over every split (walk_complete False). Not timed: one greedy variant per
 named split and a walk already running at a deadline (`python bench/time_limit.py`, results/time_limit.md).
