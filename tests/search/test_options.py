@@ -133,11 +133,11 @@ def test_the_split_search_scores_and_polishes_for_its_shares(monkeypatch: pytest
         searches.append(real_search(*args))
         return searches[-1]
 
-    def solve(problem: Problem, options: SearchOptions, starts: Any = None) -> Any:
+    def solve(problem: Problem, options: SearchOptions, starts: Any = None, bounds: Any = None) -> Any:
         polished.append(options)
-        return real_solve(problem, options.with_time(0.0), starts)
+        return real_solve(problem, options.with_time(0.0), starts, bounds)
 
-    def go_on(result: Any, options: SearchOptions) -> Any:  # a second split that cannot win leaves it its time
+    def go_on(result: Any, options: SearchOptions, bounds: Any = None) -> Any:  # a second split that cannot win leaves it its time
         polished.append(options)
         return result
 

@@ -48,17 +48,18 @@ def test_a_split_that_cannot_beat_the_plan_in_hand_leaves_its_time_to_the_best(
               Scored(placement, (4, 3, 2), "even", 110.0, 1.0, problems["runner-up"], start=object())]
     calls: list[tuple[str, float]] = []
 
-    def fake_solve(problem, options, given):
+    def fake_solve(problem, options, given, bounds):
         calls.append((problem.name, options.time_limit))
         return _Answer(problem, 90.0 if problem.name == "best" else 92.0, 80.0)
 
-    def fake_go_on(result, options):
+    def fake_go_on(result, options, bounds):
         calls.append(("go on " + result.problem.name, options.time_limit))
         return _Answer(result.problem, 88.0, 80.0)
 
     monkeypatch.setattr(polish_module, "solve", fake_solve)
     monkeypatch.setattr(polish_module, "go_on", fake_go_on)
-    monkeypatch.setattr(polish_module, "analytic_bound", lambda problem, options: runner_up_bound)
+    monkeypatch.setattr(polish_module, "problem_bounds",
+                        lambda problem, options: SimpleNamespace(lower=runner_up_bound))
     results, origins = polish_module.polish(_Search(), ranked, SearchOptions(), time.monotonic() + 10.0)
     assert [name for name, _ in calls if not name.startswith("go on")] == solved
     assert any(name == "go on best" for name, _ in calls) is went_on

@@ -18,7 +18,7 @@ from zbsearch.core.profile import Profile
 from zbsearch.core.memory import DEFAULT_HEADROOM
 from zbsearch.search.budget import Budget
 from zbsearch.search.options import SearchOptions
-from zbsearch.search.partition import bounds as bounds_module, enumerate as enumerate_module
+from zbsearch.search.partition import bounds as bounds_module, enumerate as enumerate_module, search as search_module
 from zbsearch.search.partition.polish import NEAR, POLISH, to_polish as _to_polish
 from zbsearch.search.partition.search import Scored, SplitRequest, SplitSearch, any_split_bound_of, search_splits
 from zbsearch.search.partition.bounds import any_split_bound, least_bound_split, split_bound
@@ -460,8 +460,6 @@ def test_the_other_seeds_are_scored_before_the_named_splits_take_their_starts(mo
     """The named splits' tuned and periodic starts may run until the polish (scored.give_starts); the other
     seeds are scored before them, so a search whose starts outlast the scoring share still scores them (at
     25 s on p=8, m=32 none was, and llama3-8b at 49 GiB kept the V balanced split's 8,075 ms)."""
-    import zbsearch.search.partition.search as search_module
-
     order: list[str] = []
     real_score, real_starts = SplitSearch.score, search_module._give_starts
 

@@ -3,10 +3,10 @@
 It polishes the best split by its best start and, of those whose start comes within NEAR of it, the one of
 least own bound (with none near, the runner-up), each for a time in proportion to what it could still gain
 (its start's distance to its own bound), from its best start. A later split whose bound (the one solve()
-starts from, taken first: about 0.2 s at p=8, m=32) cannot beat the plan in hand is not solved: its time goes
-on solving the best split further from that plan (driver.go_on). On issue 39's example (p=8, m=32, 120 s)
-the runner-up was a linear split 5.8% behind the V one whose bound (3,067,682 us) the V plan had passed
-(3,031,491-3,053,283): its 20 s took it to 3,240,182, and now go to the V split.
+starts from, taken first and handed to it: about 0.2 s at p=8, m=32) cannot beat the plan in hand is not
+solved: its time goes on solving the best split further from that plan (driver.go_on). On issue 39's example
+(p=8, m=32, 120 s) the runner-up was a linear split 5.8% behind the V one whose bound (3,067,682 us) the V
+plan had passed (3,031,491-3,053,283): its 20 s took it to 3,240,182, and now go to the V split.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable, Protocol, Sequence
 
 from ...core.ir import Placement
 from ..options import SearchOptions
-from ..solve.driver import analytic_bound, go_on, solve
+from ..solve.driver import ProblemBounds, go_on, problem_bounds, solve
 from ..solve.report import SolveResult
 from ..solve.starts import Starts
 from .scored import Scored
@@ -61,35 +61,28 @@ def polish(search: Bounded, ranked: list[Scored], options: SearchOptions, end: f
     # Each split's time in proportion to how far its start is above its own bound: what the solver could
     # still gain there.
     room = [max(entry.found - search.leaf_bound(entry.placement)(entry.counts), 1e-9) for entry in chosen]
-    results: list[SolveResult] = []
-    origins: dict[int, str] = {}
+    solved: list[tuple[Scored, ProblemBounds, SolveResult]] = []
     for k, entry in enumerate(chosen):
         left = end - time.monotonic()
         if k > 0 and left <= 0:
             break  # the best is polished whatever the limit, the others only in the time left
         share = left * room[k] / sum(room[k:])
         assert entry.problem is not None and entry.start is not None
-        if results and analytic_bound(entry.problem, options.with_time(share)) >= _best(results).objective:
+        bounds = problem_bounds(entry.problem, options.with_time(share))
+        if solved and bounds.lower >= _best(solved)[2].objective:
             continue  # it cannot win: its time goes to the best plan below
         # With no time to improve it, the split's own heuristic start is the one to polish from.
         given = entry.starts if entry.starts is not None or share >= MIN_POLISH_SECONDS else Starts(entry.start)
-        results.append(solve(entry.problem, options.with_time(share), given))
-        origins[id(results[-1])] = entry.origin
-        search.proven[(entry.placement.name, entry.counts)] = results[-1].lower_bound
+        solved.append((entry, bounds, solve(entry.problem, options.with_time(share), given, bounds)))
     left = end - time.monotonic()
-    if left >= MIN_POLISH_SECONDS and len(results) < len(chosen):
-        best = _best(results)
-        further = go_on(best, options.with_time(left))
-        origins[id(further)] = origins[id(best)]
-        results[results.index(best)] = further
-        search.proven[(further.problem.placement.name, _counts(chosen, best))] = further.lower_bound
-    return results, origins
+    if left >= MIN_POLISH_SECONDS and len(solved) < len(chosen):
+        best = _best(solved)
+        entry, bounds, result = best
+        solved[solved.index(best)] = (entry, bounds, go_on(result, options.with_time(left), bounds))
+    for entry, _, result in solved:
+        search.proven[(entry.placement.name, entry.counts)] = result.lower_bound
+    return [result for _, _, result in solved], {id(result): entry.origin for entry, _, result in solved}
 
 
-def _best(results: Sequence[SolveResult]) -> SolveResult:
-    return min(results, key=lambda r: r.objective)
-
-
-def _counts(chosen: list[Scored], result: SolveResult) -> tuple[int, ...]:
-    """The split of `result` (the chosen entry solved on its problem)."""
-    return next(entry.counts for entry in chosen if entry.problem is result.problem)
+def _best(solved: Sequence[tuple[Scored, ProblemBounds, SolveResult]]) -> tuple[Scored, ProblemBounds, SolveResult]:
+    return min(solved, key=lambda row: row[2].objective)

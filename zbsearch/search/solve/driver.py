@@ -28,9 +28,10 @@ __all__ = ["Progress", "SearchOptions", "SolveResult", "solve", "solve_placement
 
 
 @dataclass(frozen=True)
-class _Bounds:
+class ProblemBounds:
     """The exact passes' rank bounds (what CP-SAT's windows read), the proven lower bound, and why
-    CP-SAT's own bound cannot be trusted here, where it cannot."""
+    CP-SAT's own bound cannot be trusted here, where it cannot: what solve() takes before CP-SAT, and what a
+    caller that takes it first (to tell whether solving could beat a plan in hand) hands to solve()."""
 
     real: list[RankBound]
     lower: float
@@ -38,7 +39,7 @@ class _Bounds:
     fusing: bool
 
 
-def _bounds(problem: Problem, options: SearchOptions) -> _Bounds:
+def problem_bounds(problem: Problem, options: SearchOptions) -> ProblemBounds:
     """Where the profile gives an F&B pair time, a pass in a pair takes less than its own time; where a
     fused backward costs less than B and W apart (an action overhead, a measured full backward), a fused
     one beats the split pair. The proven bound is then the passes' at their shortest
@@ -59,20 +60,16 @@ def _bounds(problem: Problem, options: SearchOptions) -> _Bounds:
     # the analytic one must still read the relaxed passes, which hold for fused schedules too.
     relaxed = real if not (pairs or fusing) else rank_bounds(
         problem, bound_passes(problem), deadline=options.until(budget.nest_share), budget=budget)
-    return _Bounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
+    return ProblemBounds(real, objective_bound(relaxed, problem.objective), distrust, fusing)
 
 
-def analytic_bound(problem: Problem, options: SearchOptions) -> float:
-    """The bound solve() starts from on `problem`, before CP-SAT (its nesting walk within the options'
-    `nest_share` of their time): what a caller reads to tell whether solving it could beat a plan in hand."""
-    return _bounds(problem, options).lower
-
-
-def go_on(result: SolveResult, options: SearchOptions) -> SolveResult:
+def go_on(result: SolveResult, options: SearchOptions, bounds: ProblemBounds | None = None) -> SolveResult:
     """`result` solved further for the options' time, from its own plan: the answer if better, as one record
-    (its start and first grid rounds, the bounds of both, the seconds of both); else `result`."""
+    (its start and first grid rounds, the bounds of both, the seconds of both); else `result`. `bounds`: its
+    problem's, where the caller has them (solve's)."""
     first = Start(result.start_heuristic, result.schedule, result.timeline, result.objective)
-    again = solve(result.problem, options, Starts(first, result.details.tuned_start, result.details.periodic_start))
+    again = solve(result.problem, options, Starts(first, result.details.tuned_start, result.details.periodic_start),
+                  bounds)
     seconds = result.solve_seconds + again.solve_seconds
     lower = min(max(result.lower_bound, again.lower_bound), again.objective, result.objective)
     if again.objective >= result.objective * (1 - 1e-12):
@@ -89,15 +86,17 @@ def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOpt
                          budget.periodic_share * options.time_limit, options.seed)
 
 
-def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: Starts | None = None) -> SolveResult:
+def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: Starts | None = None,
+          bounds: ProblemBounds | None = None) -> SolveResult:
     """Find the best schedule for `problem` within the options' time limit, spent as their budget says.
     `starts`: the heuristic start already improved by starts.better_starts (the partition search's named
-    splits), in place of those phases; the answer is never worse than its start.
+    splits), in place of those phases; the answer is never worse than its start. `bounds`: problem_bounds(problem,
+    options), where the caller took them already.
     Raises InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
     t0 = time.monotonic()
     problem.check_feasible()
     first = heuristic_start(problem, options.until(options.budget.start_share)) if starts is None else starts.start
-    bounds = _bounds(problem, options)
+    bounds = problem_bounds(problem, options) if bounds is None else bounds
     starts = _better_starts(problem, first, bounds.lower, options) if starts is None else starts
     start = starts.start
     options.tell(time.monotonic() - t0, start.objective, bounds.lower, "heuristics")
