@@ -25,7 +25,8 @@ then leave it none); with the bound taken once and no pair phase, 0.65.
 
 A partition search (search/partition/search.py) with time limit T over P placements first scores every
 placement's named splits (balanced, then even: past `split_search_share` x T with one greedy variant each),
-then the other seeds (the least-bound seed's DP included) until `split_search_share` x T; gives the named
+then the other seeds (the least-bound seed's DP included) and one-layer moves from each placement's best
+until `split_search_share` x T; gives the named
 splits the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition NAME`
 gives them, until (1 - `split_bound_share`) x T; polishes the best with `solve` until (1 - `split_bound_share`)
 x T (a second split only while time is left and its bound could beat the plan in hand, else the best again;

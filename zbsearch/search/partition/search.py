@@ -2,12 +2,12 @@
 
 The method, per placement: score candidate splits (even, the chunk-time DP, the rank-balanced DP,
 memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
-(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory), and give
-the even and balanced splits (the ones `--partition` names; the other seeds while the scoring share
-lasts) the tuned and periodic starts solve() would give them under `--partition NAME`, for the same
-seconds (partition/scored.py); then move boundary layers one at a time from the best, trying first the moves whose own lower bound is
-smallest and never one whose bound cannot beat the best, while they improve the score and time
-allows; then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
+(the best valid heuristic schedule on that split: its objective, ties to the lower peak memory); move
+boundary layers one at a time from the best, trying first the moves whose own lower bound is smallest
+and never one whose bound cannot beat the best, while they improve the score and the scoring share
+lasts; give the even and balanced splits (the ones `--partition` names; the other seeds while the
+scoring share lasts) the tuned and periodic starts solve() would give them under `--partition NAME`, for
+the same seconds (partition/scored.py); then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
 own bound (partition/polish.py; a later split whose bound cannot beat the plan in hand leaves its time to the
 best). So the answer is never slower than the start
 `--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
@@ -221,23 +221,24 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
     # Every placement's named splits first, whatever the time (past the scoring share with one heuristic
     # each); then the other seeds, each a heuristic run (0.4 s at p=8, m=32; 2.5 s on the V-shape at p=8,
-    # m=128), while the scoring share lasts; then the named splits start where `--partition NAME` would
-    # (scored.py) while the polish's time lasts. The seeds come before those starts: at 25 s on p=8, m=32
-    # the starts took the whole scoring share and no other seed was scored (llama3-8b at 49 GiB: the V
-    # balanced split's 8,075.0 ms, where the memory-fitting linear seed's heuristic gives 6,384.3).
+    # m=128), and the layer moves, while the scoring share lasts; then the named splits start where
+    # `--partition NAME` would (scored.py) while the polish's time lasts. Seeds and moves come before those
+    # starts: at 25 s on p=8, m=32 the starts took the whole scoring share, and with them first llama3-8b at
+    # 49 GiB kept the V balanced split's 8,075.0 ms (seeds first, no moves: 6,726.7; both: 6,269.7). The
+    # starts still begin by the end of the scoring share, as they did after the seeds alone.
     named = [search.score(pl, counts, origin) for pl in placements for origin, counts in named_splits(request, pl)]
     seeds = list(named)
     for placement in placements:
         for origin, counts in seed_splits(request, placement, budget, search.deadline):
             if origin not in NAMED and time.monotonic() < search.deadline:
                 seeds.append(search.score(placement, counts, origin))
-    _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
     per_placement = len(placements)
     for k, placement in enumerate(placements):
         mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
         budget_end = time.monotonic() + search.time_left() / (per_placement - k)
         if mine and mine[0].objective < math.inf:
             improve_split(search, mine[0], budget_end)
+    _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
     _give_starts(search, seeds, options, search.deadline)
     ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.found_key)
     if not ranked:
