@@ -133,9 +133,10 @@ def test_the_split_search_scores_and_polishes_for_its_shares(monkeypatch: pytest
         searches.append(real_search(*args))
         return searches[-1]
 
-    def solve(problem: Problem, options: SearchOptions, starts: Any = None, bounds: Any = None) -> Any:
+    def solve(problem: Problem, options: SearchOptions, starts: Any = None, bounds: Any = None,
+              first: Any = None) -> Any:
         polished.append(options)
-        return real_solve(problem, options.with_time(0.0), starts, bounds)
+        return real_solve(problem, options.with_time(0.0), starts, bounds, first)
 
     def go_on(result: Any, options: SearchOptions, bounds: Any = None) -> Any:  # a second split that cannot win leaves it its time
         polished.append(options)

@@ -26,7 +26,7 @@ then leave it none); with the bound taken once and no pair phase, 0.65.
 A partition search (search/partition/search.py) with time limit T over P placements first scores every
 placement's named splits (balanced, then even: past `split_search_share` x T with one greedy variant each),
 then the other seeds (the least-bound seed's DP included) and one-layer moves from each placement's best
-until `split_search_share` x T; gives the named
+(for at most `split_moves_share` x T) until `split_search_share` x T; gives the named
 splits the tuned and periodic starts for `tune_share` and `periodic_share` x T / P, as `--partition NAME`
 gives them, until (1 - `split_bound_share`) x T; polishes the best with `solve` until (1 - `split_bound_share`)
 x T (a second split only while time is left and its bound could beat the plan in hand, else the best again;
@@ -82,6 +82,11 @@ class Budget:
     # The partition search's scoring of splits before the best go to the solver, and the share kept for
     # the bound over every split at the end (`python bench/partition_study.py`).
     split_search_share: float = 0.45
+    # Of that share, what the one-layer moves may take before the named splits' starts (the rest of the
+    # moves come after them): at 25 s on p=8, m=32 the starts outlast the scoring share, and moves after
+    # them got none (llama3-8b at 49 GiB, results/memory_levers.md); at 80 s, moves without a cap took 30 s
+    # and left the polish 5 s (deepseek-v2-lite, results/partition_study.md).
+    split_moves_share: float = 0.10
     split_bound_share: float = 0.15
     # --recompute auto and auto-layers (search/recompute/search.py): the joint searches without recompute
     # and with every layer recomputed (each `recompute_plain_share` x T, unless the caller ran them); the

@@ -73,7 +73,7 @@ def polish(search: Bounded, ranked: list[Scored], options: SearchOptions, end: f
             continue  # it cannot win: its time goes to the best plan below
         # With no time to improve it, the split's own heuristic start is the one to polish from.
         given = entry.starts if entry.starts is not None or share >= MIN_POLISH_SECONDS else Starts(entry.start)
-        solved.append((entry, bounds, solve(entry.problem, options.with_time(share), given, bounds)))
+        solved.append((entry, bounds, solve(entry.problem, options.with_time(share), given, bounds, entry.start)))
     left = end - time.monotonic()
     if left >= MIN_POLISH_SECONDS and len(solved) < len(chosen):
         best = _best(solved)

@@ -4,10 +4,10 @@ The method, per placement: score candidate splits (even, the chunk-time DP, the 
 memory-capped DPs for the in-flight counts of 1F1B and ZB-H2 on each rank) with the fast heuristics
 (the best valid heuristic schedule on that split: its objective, ties to the lower peak memory); move
 boundary layers one at a time from the best, trying first the moves whose own lower bound is smallest
-and never one whose bound cannot beat the best, while they improve the score and the scoring share
-lasts; give the even and balanced splits (the ones `--partition` names; the other seeds while the
-scoring share lasts) the tuned and periodic starts solve() would give them under `--partition NAME`, for
-the same seconds (partition/scored.py); then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
+and never one whose bound cannot beat the best, while they improve the score (for a share of the time,
+then again after the starts while the scoring share lasts); give the even and balanced splits (the ones
+`--partition` names; the other seeds while the scoring share lasts) the tuned and periodic starts solve()
+would give them under `--partition NAME`, for the same seconds (partition/scored.py); then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
 own bound (partition/polish.py; a later split whose bound cannot beat the plan in hand leaves its time to the
 best). So the answer is never slower than the start
 `--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
@@ -221,24 +221,22 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
             check_chunk_counts([1] * k, len(request.profile.layers or ()), placement)  # says there are too few layers
     # Every placement's named splits first, whatever the time (past the scoring share with one heuristic
     # each); then the other seeds, each a heuristic run (0.4 s at p=8, m=32; 2.5 s on the V-shape at p=8,
-    # m=128), and the layer moves, while the scoring share lasts; then the named splits start where
-    # `--partition NAME` would (scored.py) while the polish's time lasts. Seeds and moves come before those
-    # starts: at 25 s on p=8, m=32 the starts took the whole scoring share, and with them first llama3-8b at
-    # 49 GiB kept the V balanced split's 8,075.0 ms (seeds first, no moves: 6,726.7; both: 6,269.7). The
-    # starts still begin by the end of the scoring share, as they did after the seeds alone.
+    # m=128), and layer moves for at most split_moves_share, while the scoring share lasts; then the named
+    # splits start where `--partition NAME` would (scored.py) while the polish's time lasts; then more moves
+    # while the scoring share lasts. Seeds and some moves come before those starts: at 25 s on p=8, m=32 the
+    # starts took the whole scoring share, and with them first llama3-8b at 49 GiB kept the V balanced
+    # split's 8,075.0 ms (seeds first, no moves: 6,726.7; seeds and moves: 6,269.7). The moves' share is
+    # capped: at 80 s, moves until the scoring share's end took 30 s for 1% on deepseek-v2-lite's
+    # heuristic schedule, and the starts after them left the polish 5 s.
     named = [search.score(pl, counts, origin) for pl in placements for origin, counts in named_splits(request, pl)]
     seeds = list(named)
     for placement in placements:
         for origin, counts in seed_splits(request, placement, budget, search.deadline):
             if origin not in NAMED and time.monotonic() < search.deadline:
                 seeds.append(search.score(placement, counts, origin))
-    per_placement = len(placements)
-    for k, placement in enumerate(placements):
-        mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
-        budget_end = time.monotonic() + search.time_left() / (per_placement - k)
-        if mine and mine[0].objective < math.inf:
-            improve_split(search, mine[0], budget_end)
+    _move_layers(search, placements, min(search.deadline, time.monotonic() + budget.split_moves_share * time_limit))
     _give_starts(search, named, options, t0 + (1 - budget.split_bound_share) * time_limit)
+    _move_layers(search, placements, search.deadline)
     _give_starts(search, seeds, options, search.deadline)
     ranked = sorted((s for s in search.scored.values() if s.problem is not None), key=lambda s: s.found_key)
     if not ranked:
@@ -246,6 +244,15 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
     options.tell(time.monotonic() - t0, ranked[0].found, 0.0, "split search")
     results, origins = polish(search, ranked, options, t0 + (1 - budget.split_bound_share) * time_limit)
     return _finish(request, results, search, t0, "auto", t0 + time_limit, origins)
+
+
+def _move_layers(search: SplitSearch, placements: list[Placement], end: float) -> None:
+    """improve_split from each placement's best split so far, the time until `end` shared equally."""
+    for k, placement in enumerate(placements):
+        mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
+        budget_end = time.monotonic() + (end - time.monotonic()) / (len(placements) - k)
+        if mine and mine[0].objective < math.inf:
+            improve_split(search, mine[0], budget_end)
 
 
 def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOptions, until: float | None) -> None:

@@ -87,15 +87,20 @@ def _better_starts(problem: Problem, start: Start, lb: float, options: SearchOpt
 
 
 def solve(problem: Problem, options: SearchOptions = SearchOptions(), starts: Starts | None = None,
-          bounds: ProblemBounds | None = None) -> SolveResult:
+          bounds: ProblemBounds | None = None, first: Start | None = None) -> SolveResult:
     """Find the best schedule for `problem` within the options' time limit, spent as their budget says.
     `starts`: the heuristic start already improved by starts.better_starts (the partition search's named
     splits), in place of those phases; the answer is never worse than its start. `bounds`: problem_bounds(problem,
-    options), where the caller took them already.
+    options), where the caller took them already. `first`: the heuristic start, where the caller found it
+    already (the partition search's scored splits): the better starts go on from it, and so the answer is
+    never worse than it, where the heuristics run again in a short limit may try fewer variants.
     Raises InfeasibleError (stating the smallest feasible limit) when the memory limit cannot be met."""
     t0 = time.monotonic()
     problem.check_feasible()
-    first = heuristic_start(problem, options.until(options.budget.start_share)) if starts is None else starts.start
+    if starts is not None:
+        first = starts.start
+    elif first is None:
+        first = heuristic_start(problem, options.until(options.budget.start_share))
     bounds = problem_bounds(problem, options) if bounds is None else bounds
     starts = _better_starts(problem, first, bounds.lower, options) if starts is None else starts
     start = starts.start
