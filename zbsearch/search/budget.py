@@ -84,9 +84,12 @@ class Budget:
     split_search_share: float = 0.45
     # Of that share, what the one-layer moves may take before the named splits' starts (the rest of the
     # moves come after them): at 25 s on p=8, m=32 the starts outlast the scoring share, and moves after
-    # them got none (llama3-8b at 49 GiB, results/memory_levers.md); at 80 s, moves without a cap took 30 s
-    # and left the polish 5 s (deepseek-v2-lite, results/partition_study.md).
-    split_moves_share: float = 0.10
+    # them got none (results/memory_levers.md: llama3-8b at 49 GiB 6,726.7 ms with no moves, 6,384.3 at
+    # 0.1, 6,325.2 at 0.2; deepseek-v2-lite at 42 GiB, every block recomputed, 1,271.4 at 0.1 and 1,165.3
+    # at 0.25). At 80 s, moves without a cap took 30 s and left the polish 5 s (deepseek-v2-lite,
+    # results/partition_study.md: 835.4 and 836.3 ms at 0.1, 836.1 at 0.2); issue 39's example at 120 s,
+    # 3,011,600 us at 0.1 and 3,042,156 at 0.25, inside the spread of single runs (results/never_worse.md).
+    split_moves_share: float = 0.25
     split_bound_share: float = 0.15
     # --recompute auto and auto-layers (search/recompute/search.py): the joint searches without recompute
     # and with every layer recomputed (each `recompute_plain_share` x T, unless the caller ran them); the

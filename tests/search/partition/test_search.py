@@ -502,3 +502,23 @@ def test_the_layer_moves_run_before_the_named_splits_take_their_starts(monkeypat
     search_splits(SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto"), SearchOptions(time_limit=2.0))
     assert "moves" in order and "starts" in order
     assert order.index("moves") < order.index("starts")
+
+
+def test_a_named_split_whose_own_bound_the_plan_in_hand_meets_gets_no_better_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing solve() finds on such a split is faster than the plan in hand, so `--partition NAME` cannot beat
+    the joint plan there without them; their seconds go to the moves and the polish instead."""
+    from types import SimpleNamespace
+
+    placement = parse_placement("linear", 3)
+    best = Scored(placement, (3, 3, 3), "least-bound", 100.0, 1.0, SimpleNamespace(), start=object())
+    hopeless = Scored(placement, (5, 2, 2), "even", 130.0, 1.0, SimpleNamespace(), start=object())
+    hopeful = Scored(placement, (4, 3, 2), "balanced", 120.0, 1.0, SimpleNamespace(), start=object())
+    own = {(3, 3, 3): 90.0, (5, 2, 2): 100.0, (4, 3, 2): 95.0}
+    search = SimpleNamespace(scored={s.counts: s for s in (best, hopeless, hopeful)}, skipped_starts=0,
+                             request=SimpleNamespace(placements=("linear",)),
+                             leaf_bound=lambda pl, chains=False: lambda counts: own[tuple(counts)])
+    given: list[str] = []
+    monkeypatch.setattr(search_module, "give_starts", lambda entry, *args: given.append(entry.origin))
+    search_module._give_starts(search, [hopeless, hopeful], SearchOptions(time_limit=10.0), None)
+    assert given == ["balanced"] and search.skipped_starts == 1
