@@ -456,37 +456,18 @@ def test_the_bound_over_every_split_past_its_deadline_is_weaker_and_says_so() ->
     assert cut.value <= full.value + 1e-9
 
 
-def test_the_other_seeds_are_scored_before_the_named_splits_take_their_starts(monkeypatch: pytest.MonkeyPatch):
+def test_the_other_seeds_and_some_moves_come_before_the_named_splits_take_their_starts(
+        monkeypatch: pytest.MonkeyPatch):
     """The named splits' tuned and periodic starts may run until the polish (scored.give_starts); the other
-    seeds are scored before them, so a search whose starts outlast the scoring share still scores them (at
-    25 s on p=8, m=32 none was, and llama3-8b at 49 GiB kept the V balanced split's 8,075 ms)."""
+    seeds are scored and layer moves made before them, so a search whose starts outlast the scoring share still
+    scores and moves (at 25 s on p=8, m=32 none was scored, and llama3-8b at 49 GiB kept the V balanced split's
+    8,075 ms; with the seeds first but the moves after the starts, 6,726.7 ms; with both first, 6,269.7)."""
     order: list[str] = []
-    real_score, real_starts = SplitSearch.score, search_module._give_starts
+    real_score, real_starts, real_moves = SplitSearch.score, search_module._give_starts, search_module.improve_split
 
     def score(self, placement, counts, origin):
         order.append("score " + origin)
         return real_score(self, placement, counts, origin)
-
-    def give_starts(search, seeds, options, until):
-        order.append("starts")
-        return real_starts(search, seeds, options, until)
-
-    monkeypatch.setattr(SplitSearch, "score", score)
-    monkeypatch.setattr(search_module, "_give_starts", give_starts)
-    prof = layered(random_layers(9, 11), 8, comm=0.5)
-    search_splits(SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto"), SearchOptions(time_limit=2.0))
-    first_starts = order.index("starts")
-    seeds = [k for k, step in enumerate(order) if step.startswith("score ")
-             and step[len("score "):] not in ("balanced", "even")]
-    assert seeds and seeds[0] < first_starts
-
-
-def test_the_layer_moves_run_before_the_named_splits_take_their_starts(monkeypatch: pytest.MonkeyPatch):
-    """Some moves, like the seeds, come inside the scoring share and before the starts, which at short limits
-    outlast it (at 25 s on p=8, m=32, llama3-8b at 49 GiB: 6,726.7 ms with the moves after the starts,
-    where they got no time; 6,269.7 with them first)."""
-    order: list[str] = []
-    real_moves, real_starts = search_module.improve_split, search_module._give_starts
 
     def improve_split(search, start, budget_end):
         order.append("moves")
@@ -496,12 +477,16 @@ def test_the_layer_moves_run_before_the_named_splits_take_their_starts(monkeypat
         order.append("starts")
         return real_starts(search, seeds, options, until)
 
-    monkeypatch.setattr(search_module, "improve_split", improve_split)
+    monkeypatch.setattr(SplitSearch, "score", score)
     monkeypatch.setattr(search_module, "_give_starts", give_starts)
+    monkeypatch.setattr(search_module, "improve_split", improve_split)
     prof = layered(random_layers(9, 11), 8, comm=0.5)
     search_splits(SplitRequest(prof, 3, ("linear", "v"), "24GiB", "makespan", "auto"), SearchOptions(time_limit=2.0))
-    assert "moves" in order and "starts" in order
-    assert order.index("moves") < order.index("starts")
+    first_starts = order.index("starts")
+    seeds = [k for k, step in enumerate(order) if step.startswith("score ")
+             and step[len("score "):] not in ("balanced", "even")]
+    assert seeds and seeds[0] < first_starts
+    assert "moves" in order and order.index("moves") < first_starts
 
 
 def test_a_named_split_whose_own_bound_the_plan_in_hand_meets_gets_no_better_starts(
