@@ -7,9 +7,10 @@ boundary layers one at a time from the best, trying first the moves whose own lo
 and never one whose bound cannot beat the best, while they improve the score (for a share of the time,
 then again after the starts while the scoring share lasts); give the even and balanced splits (the ones
 `--partition` names; the other seeds while the scoring share lasts) the tuned and periodic starts solve()
-would give them under `--partition NAME`, for the same seconds (partition/scored.py); then polish with the full solver (CP-SAT) the best split and, of those near it, the one of least
-own bound (partition/polish.py; a later split whose bound cannot beat the plan in hand leaves its time to the
-best). So the answer is never slower than the start
+would give them under `--partition NAME`, for the same seconds (partition/scored.py); then polish with the
+full solver (CP-SAT) the best split and, of those near it, the one of least own bound (partition/polish.py;
+a later split whose bound cannot beat the plan in hand leaves its time to the best). So the answer is never
+slower than the start
 `--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
 give the same schedule where neither is cut short by its deadline); CP-SAT's time on the split differs,
 so the final plans may still differ by what it finds. The answer's lower bound is the
@@ -74,7 +75,6 @@ class SplitSearch:
     scored: dict[tuple[str, tuple[int, ...]], Scored] = field(default_factory=dict)
     refused: list[InfeasibleError] = field(default_factory=list)
     proven: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)  # solved splits' bounds
-    skipped_starts: int = 0  # seeds given no better starts: the plan in hand meets their own bound
     ranks: RankCache = field(init=False, repr=False)  # each rank's own bound, once computed
 
     def __post_init__(self) -> None:
@@ -250,10 +250,10 @@ def search_splits(request: SplitRequest, options: SearchOptions = SearchOptions(
 def _move_layers(search: SplitSearch, placements: list[Placement], end: float) -> None:
     """improve_split from each placement's best split so far, the time until `end` shared equally."""
     for k, placement in enumerate(placements):
-        mine = sorted((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key)
+        best = min((s for s in search.scored.values() if s.placement == placement), key=lambda s: s.key, default=None)
         budget_end = time.monotonic() + (end - time.monotonic()) / (len(placements) - k)
-        if mine and mine[0].objective < math.inf:
-            improve_split(search, mine[0], budget_end)
+        if best is not None and best.objective < math.inf:
+            improve_split(search, best, budget_end)
 
 
 def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOptions, until: float | None) -> None:
@@ -271,9 +271,8 @@ def _give_starts(search: SplitSearch, seeds: list[Scored], options: SearchOption
             return
         if entry.problem is None or entry.starts is not None:
             continue
-        own = search.leaf_bound(entry.placement)(entry.counts)
-        if own >= _best_found(search) and _best_found(search) < entry.objective:
-            search.skipped_starts += 1
+        own, best = search.leaf_bound(entry.placement)(entry.counts), _best_found(search)
+        if own >= best and best < entry.objective:
             continue
         give_starts(entry, own, budget.tune_share * per_placement, budget.periodic_share * per_placement,
                     options.seed, math.inf if until is None else until)
