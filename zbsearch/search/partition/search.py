@@ -10,12 +10,11 @@ then again after the starts while the scoring share lasts); give the even and ba
 would give them under `--partition NAME`, for the same seconds (partition/scored.py); then polish with the
 full solver (CP-SAT) the best split and, of those near it, the one of least own bound (partition/polish.py;
 a later split whose bound cannot beat the plan in hand leaves its time to the best). So the answer is never
-slower than the start
-`--partition even` or `balanced` solves from on the same placements (both starts run as long there, and
-give the same schedule where neither is cut short by its deadline); CP-SAT's time on the split differs,
-so the final plans may still differ by what it finds. The answer's lower bound is the
-bound over every split (partition/bounds.py, tightened by partition/enumerate.py in the time kept for it), so
-its gap says how far it is from the best plan of any partition.
+slower than the start `--partition even` or `balanced` solves from on the same placements (both starts run as
+long there, and give the same schedule where neither is cut short by its deadline); CP-SAT's time on the split
+differs, so the final plans may still differ by what it finds. The answer's lower bound is the bound over every
+split (partition/bounds.py, tightened by partition/enumerate.py in the time kept for it), so its gap says how
+far it is from the best plan of any partition.
 """
 
 from __future__ import annotations

@@ -306,12 +306,12 @@ def _balanced_starts(request: SplitRequest, firsts: Sequence[Levels], every_laye
     out = []
     for name in request.placements:
         placement = parse_placement(name, request.num_ranks)
-        there = min((x.objective for x in firsts if x.placement.name == placement.name), default=math.inf)
+        there = [x for x in firsts if x.placement.name == placement.name]
         counts = balanced_counts(request.profile.layers or (), route_length(placement))
-        if any(x.placement.name == placement.name and x.counts == counts for x in firsts):
+        if any(x.counts == counts for x in there):
             continue
         first = _evaluate(request, every_layer, placement, counts, per_microbatch)
-        if first.objective < there * (1 - 1e-9):
+        if first.objective < min((x.objective for x in there), default=math.inf) * (1 - 1e-9):
             out.append(first)
     return out
 
