@@ -70,6 +70,7 @@ class ChunkProgress:
     forwards: int = 0
     backwards: int = 0
     weights: int = 0
+    fused: int = 0  # of the backwards and weights, those run as one fused backward (it keeps no mem_kept)
     f_end: list[float] = field(init=False)
     b_end: list[float] = field(init=False)
 
@@ -81,13 +82,13 @@ class ChunkProgress:
         """Memory held now, or after `more_forwards` further F and `fewer_weights` further W passes."""
         waiting_b = self.forwards + more_forwards - self.backwards
         waiting_w = self.backwards - self.weights - fewer_weights
-        done = (self.weights + fewer_weights) * (self.cost.mem_kept or 0.0)
+        done = (self.weights - self.fused + fewer_weights) * (self.cost.mem_kept or 0.0)
         return waiting_b * self.cost.mem_B + waiting_w * self.cost.mem_W + done
 
     def duration(self, kind: Kind) -> float:
         if kind is Kind.F:
             return self.cost.F
-        return self.cost.B if kind is Kind.B else self.cost.W
+        return {Kind.B: self.cost.B, Kind.W: self.cost.W, Kind.FULL_B: self.cost.BW}[kind]
 
     def record(self, kind: Kind, end: float) -> int:
         """Count one more pass of `kind` that ended at `end`; return its microbatch."""
@@ -95,10 +96,13 @@ class ChunkProgress:
             i = self.forwards
             self.forwards += 1
             self.f_end[i] = end
-        elif kind is Kind.B:
+        elif kind in (Kind.B, Kind.FULL_B):
             i = self.backwards
             self.backwards += 1
             self.b_end[i] = end
+            if kind is Kind.FULL_B:  # B and W at once
+                self.weights += 1
+                self.fused += 1
         else:
             i = self.weights
             self.weights += 1

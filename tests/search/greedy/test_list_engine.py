@@ -38,7 +38,8 @@ def _in_flight(res: EngineResult, chunk: int) -> int:
 
 PLACEMENTS = {"linear": linear(4), "interleaved": interleaved(4, 2), "v": vshape(4), "dualpipe": dualpipe(4)}
 OPTIONS = [GreedyOptions("list"), GreedyOptions("list", b_first=True, w_fill=False),
-           GreedyOptions("list", b_first=True, warmup=1), GreedyOptions("list", w_fill=False, warmup=2)]
+           GreedyOptions("list", b_first=True, warmup=1), GreedyOptions("list", w_fill=False, warmup=2),
+           GreedyOptions("list", fused=True), GreedyOptions("list", b_first=True, warmup=1, fused=True)]
 
 
 def _cases() -> list[tuple[str, GreedyOptions]]:
@@ -201,3 +202,35 @@ def test_a_limit_below_one_microbatch_cannot_fit(name: str) -> None:
     problem = Problem(profile, placement, 4, _scaled(profile, placement, 0.9))
     with pytest.raises(CannotFit):
         ListEngine(problem, GreedyOptions("list", by_route=name == "dualpipe")).run()
+
+
+def test_where_b_alone_holds_more_than_f_took_only_fused_backwards_fit() -> None:
+    """Under torch's runtime a B leaves the weight gradients held until W (mem_W > mem_B): at a cap of two
+    microbatches every greedy variant with B and W apart goes over it after a B, the fused ones fit, and the
+    best heuristic is a fused greedy (every backward one FULL_B pass) at least as short as every
+    handcrafted schedule."""
+    from zbsearch.search.greedy.candidates import candidates, fits_as_run
+    from zbsearch.search.greedy.list_engine import fused_helps
+
+    p, m = 4, 8
+    profile = Profile.from_dict({
+        "name": "torch-runtime toy", "num_stages": p, "microbatches": m, "time_unit": "unit", "memory_unit": "relative",
+        "stages": [{"F": 1, "B": 1, "W": 1, "mem_B": 1.0, "mem_W": 0.5, "mem_W_torch": 1.7}] * p, "comm": 0.0,
+        "memory_model": "torch-runtime", "source": {"kind": "estimated", "method": "hand-made for tests"}})
+    problem = Problem(profile, linear(p), m, MemoryLimit("2 mb", (2.0,) * p))
+    assert fused_helps(problem)
+    apart = [o for o in greedy_variants(linear(p)) if not o.fused]
+    for options in apart:
+        try:
+            res = ListEngine(problem, options).run() if options.engine == "list" else None
+        except CannotFit:
+            continue
+        assert res is None or not fits_as_run(problem, res)
+    found = candidates(problem, same_placement=True)
+    best = found[0]
+    assert best.name.startswith("greedy(list") and "fused-bw" in best.name
+    assert {a.kind for rank in best.schedule.ranks for a in rank} == {Kind.F, Kind.FULL_B}
+    assert all(best.timeline.peak_memory(r) <= 2.0 + 1e-9 for r in range(p))
+    handcrafted = [c for c in found if not c.name.startswith("greedy(")]
+    assert all(best.timeline.makespan <= c.timeline.makespan + 1e-9 for c in handcrafted)
+    assert not fused_helps(Problem(uniform_profile(1, 1, 1, p=p, m=m), linear(p), m, MemoryLimit("2 mb", (2.0,) * p)))

@@ -42,7 +42,7 @@ from ...sim.validate import over_limit, validate
 from ..budget import past
 from ..problem import Problem
 from .chunked import CHUNKED_ENGINES, chunked_variants, run_chunked
-from .list_engine import ListEngine
+from .list_engine import ListEngine, fused_helps
 from .options import CannotFit, EngineResult, GreedyOptions, Step
 from .rounds import RoundsEngine
 
@@ -51,12 +51,13 @@ __all__ = ["Candidate", "GreedyOptions", "best", "candidates", "engine_schedule"
 
 
 def greedy_variants(placement: Placement | None = None, *, extra: bool = True, pairs: bool = False,
-                    m: int | None = None) -> list[Any]:
+                    m: int | None = None, fused: bool = False) -> list[Any]:
     """The variants `candidates` tries for a placement: the paper's 8 switches of the rounds engine
-    (linear placement only), capped warm-ups when `extra`, and the list engine's variants: on a
-    placement of several routes each also admitting by route, and each also with F&B pairs when
-    `pairs` (the profile gives a pair time); on the single-route chunked placements, the v-rounds and
-    chunked engines' (`chunked.chunked_variants`, fewer when `m` makes the schedule large)."""
+    (linear placement only), capped warm-ups when `extra`, and the list engine's variants: with `fused`
+    (fused_helps) also with every backward fused, on a placement of several routes each also admitting by
+    route, and each also with F&B pairs when `pairs` (the profile gives a pair time); on the single-route
+    chunked placements, the v-rounds and chunked engines' (`chunked.chunked_variants`, fewer when `m`
+    makes the schedule large)."""
     out: list[Any] = []
     if placement is None or _is_linear(placement):
         for bubble, bfirst, fill in itertools.product((False, True), repeat=3):
@@ -67,6 +68,10 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True, p
                     out.append(GreedyOptions("rounds", False, bfirst, fill, warmup=k))
     for bfirst, fill in itertools.product((True, False), repeat=2):
         out.append(GreedyOptions("list", False, bfirst, fill))
+    if fused:
+        # A warm-up of 1F1B's depth fused is 1F1B itself, which the handcrafted schedules give.
+        for warmup, bfirst in itertools.product((None, 2), (True, False)):
+            out.append(GreedyOptions("list", False, bfirst, warmup=warmup, fused=True))
     if extra:
         # Capping the microbatches in flight (1F1B's p-r, or twice that) often beats admitting as
         # many as memory allows: measured on random heterogeneous profiles, these four win most.
@@ -237,7 +242,8 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
         return []
     out: list[_Pending] = []
     seen: dict[tuple[tuple[Step, ...], ...], _Pending] = {}
-    for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches):
+    for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches,
+                               fused=fused_helps(problem)):
         if out and past(deadline):
             break
         try:

@@ -3,8 +3,10 @@ and DualPipe's two routes).
 
 A heap of (time, rank) decision points; at each, the rank runs a ready B or F (B first or F first, by
 the `b_first` switch), else a W (memory-forced, gap-filling or drain), else sleeps until its next input
-arrives. Should the heap run dry with passes left, every rank decides again, then runs a pending W it
-would sleep on (`ListEngine._unstall`); only when none can move is the variant dropped (CannotFit).
+arrives. On a rank whose W mode is "fused" every backward is one fused pass (B and W together), which
+never holds more than its F took. Should the heap run dry with passes left, every rank decides again,
+then runs a pending W it would sleep on (`ListEngine._unstall`); only when none can move is the variant
+dropped (CannotFit).
 With `pairs` (only offered when the profile gives an F&B overlap time), a ready F and a ready B run
 together as one overlapped pair whenever both are there. A new microbatch is admitted on a rank
 only while the memory limit leaves room for all of that microbatch's forward chunks there, so chunked
@@ -29,6 +31,15 @@ from ...core.ir import Kind
 from ...sim.rank_state import ChunkProgress, RankClock, overlap_time
 from ..problem import Problem
 from .options import CannotFit, EngineResult, GreedyOptions, Step, fits
+
+
+def fused_helps(problem: Problem) -> bool:
+    """Whether fused backwards may fit where B and W apart do not: under a limit, where some chunk's B
+    leaves more held than its F took (mem_W > mem_B: torch's runtime keeps the weight gradients I
+    computes). On a 70B-like profile at p=2 and 40 GiB (every time and byte over 8, fsdp 8, micro-batch 4,
+    m=8) every greedy variant with B and W apart went over the limit, and the heuristics scored each
+    recompute choice by plain 1F1B."""
+    return not problem.limit.unlimited and any(c.mem_W > c.mem_B for c in problem.chunk_costs)
 
 
 def _cap(inflight: int | None) -> float:
@@ -137,10 +148,12 @@ class ListEngine:
         return False
 
     def decide(self, r: int, now: float, forced: bool = False) -> None:
-        """Rank r is free at `now`: run a ready B or F (both as a pair, with `pairs`), else a W when
+        """Rank r is free at `now`: run a ready B (a fused backward on a rank whose W mode is "fused") or F
+        (both as a pair, with `pairs`), else a W when
         memory forces it, when it fills a gap, with w_fill or when `forced` (nothing else can move),
         else sleep until the next known arrival."""
         chunks, pos, policy = self.chunks, self.pos, self.policy[r]
+        backward = Kind.FULL_B if policy.w_mode == "fused" else Kind.B
         if policy.w_mode == "eager" and self.pending_w[r]:
             self.run_pass(r, self.pending_w[r][0], Kind.W, now)
             return
@@ -153,11 +166,11 @@ class ListEngine:
         if self.opt.pairs and ready_b and ok_f:
             self.run_pair(r, ok_f[0], ready_b[0], now)
         elif policy.b_first and ready_b:
-            self.run_pass(r, ready_b[0], Kind.B, now)
+            self.run_pass(r, ready_b[0], backward, now)
         elif ok_f:
             self.run_pass(r, ok_f[0], Kind.F, now)
         elif ready_b:
-            self.run_pass(r, ready_b[0], Kind.B, now)
+            self.run_pass(r, ready_b[0], backward, now)
         elif not self.pending_w[r]:
             self.sleep(r, now)
         elif self._w_unblocks(r, now):
@@ -294,8 +307,9 @@ class ListEngine:
             nxt = self.next[k]
             if nxt is not None:
                 heapq.heappush(self.heap, (end + self.hop[k], self.rank_of[nxt]))
-        elif kind is Kind.B:
-            self.pending_w[r].append(k)
+        elif kind in (Kind.B, Kind.FULL_B):
+            if kind is Kind.B:
+                self.pending_w[r].append(k)
             prev = self.prev[k]
             if prev is not None:
                 heapq.heappush(self.heap, (end + self.hop[prev], self.rank_of[prev]))
@@ -304,7 +318,7 @@ class ListEngine:
             for g in self.gates_on[r]:
                 if self.rank_of[g] != r:
                     heapq.heappush(self.heap, (end, self.rank_of[g]))
-        self.done += 1
+        self.done += 2 if kind is Kind.FULL_B else 1  # a fused backward is B and W
         return self.first_mb[k] + i
 
     def _wake(self, r: int, end: float, now: float) -> None:

@@ -37,12 +37,14 @@ class RankPolicy:
     inflight: the most microbatches in flight on the rank (per route entering it); None: memory only.
     b_first: prefer a ready B over a ready F.
     w_mode: "fill" runs a pending W into any idle gap, "fit" only into gaps it fits, "eager" runs
-        each W as soon as the rank is free after its B (before any F or B), which frees memory at once.
+        each W as soon as the rank is free after its B (before any F or B), which frees memory at once;
+        "fused" runs B and W as one fused backward, which never holds more than its F took: under torch's
+        runtime a B alone leaves more held (mem_W > mem_B), and where memory binds only fused schedules fit.
     """
 
     inflight: int | None = None
     b_first: bool = False
-    w_mode: Literal["fill", "fit", "eager"] = "fill"
+    w_mode: Literal["fill", "fit", "eager", "fused"] = "fill"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class GreedyOptions:
         at its route's start, on every rank of the route at once, which never deadlocks; off, rank by
         rank as on one route, which packs tighter but can deadlock two opposite routes (the variant is
         then dropped).
+    fused: list engine: every backward as one fused pass, B and W together (RankPolicy's "fused" W mode).
     """
 
     engine: Literal["rounds", "list"] = "rounds"
@@ -82,13 +85,14 @@ class GreedyOptions:
     pairs: bool = False
     by_route: bool = False
     ranks: tuple[RankPolicy, ...] | None = None
+    fused: bool = False
 
     def policy(self, rank: int, route_position: int, num_ranks: int) -> RankPolicy:
         """The list engine's choices on `rank`, which a route enters at `route_position`."""
         if self.ranks is not None:
             return self.ranks[rank]
         inflight = None if self.warmup is None else max(1, self.warmup * (num_ranks - route_position))
-        return RankPolicy(inflight, self.b_first, "fill" if self.w_fill else "fit")
+        return RankPolicy(inflight, self.b_first, "fused" if self.fused else "fill" if self.w_fill else "fit")
 
     @property
     def label(self) -> str:
@@ -98,7 +102,7 @@ class GreedyOptions:
         if self.engine == "rounds":
             parts.append("bubble-ok" if self.bubble_before_first_b else "no-bubble")
         parts.append("b-first" if self.b_first else "f-first")
-        parts.append("w-fill" if self.w_fill else "w-fit")
+        parts.append("fused-bw" if self.fused else "w-fill" if self.w_fill else "w-fit")
         if self.warmup is not None:
             parts.append(f"warmup={self.warmup}")
         if self.pairs:

@@ -26,10 +26,11 @@ from typing import Iterator, Literal
 from ...core.ir import Placement
 from ...core.objective import Objective
 from ..problem import Problem
-from .list_engine import ListEngine
+from .list_engine import ListEngine, fused_helps
 from .options import CannotFit, EngineResult, GreedyOptions, RankPolicy
 
-W_MODES: tuple[Literal["fill", "fit", "eager"], ...] = ("fill", "fit", "eager")
+WMode = Literal["fill", "fit", "eager", "fused"]
+W_MODES: tuple[WMode, ...] = ("fill", "fit", "eager")
 CAP_STEPS = (-2, -1, 1, 2)
 Key = tuple[float, float]  # (objective, tie-break): see _Search.cost
 # Perturbation rounds without a new best before the search stops early.
@@ -47,9 +48,16 @@ class Tuned:
     key: Key = (math.inf, math.inf)
 
 
-def uniform_starts(placement: Placement, base: GreedyOptions) -> list[GreedyOptions]:
+def w_modes(problem: Problem) -> tuple[WMode, ...]:
+    """The W policies a rank may take: fused backwards too where they may fit when B and W apart do not
+    (list_engine.fused_helps)."""
+    return W_MODES + (("fused",) if fused_helps(problem) else ())
+
+
+def uniform_starts(placement: Placement, base: GreedyOptions, modes: tuple[WMode, ...] = W_MODES
+                   ) -> list[GreedyOptions]:
     """The list engine's uniform variants as per-rank policies: caps of 1x and 2x 1F1B's depth and
-    memory only, each with B or F first and each W policy."""
+    memory only, each with B or F first and each W policy of `modes`."""
     p = placement.num_ranks
     # Where a route first enters each rank: 1F1B's depth there is p minus that position.
     entry = [min((j for route in placement.routes for j, c in enumerate(route) if placement.chunk_to_rank[c] == r),
@@ -57,21 +65,22 @@ def uniform_starts(placement: Placement, base: GreedyOptions) -> list[GreedyOpti
     out = []
     for warmup in (1, 2, None):
         for b_first in (False, True):
-            for w_mode in W_MODES:
+            for w_mode in modes:
                 plain = replace(base, warmup=warmup, b_first=b_first, w_fill=w_mode == "fill", ranks=None)
                 out.append(replace(base, ranks=tuple(
                     replace(plain.policy(r, entry[r], p), w_mode=w_mode) for r in range(p))))
     return out
 
 
-def neighbours(ranks: tuple[RankPolicy, ...], r: int) -> Iterator[tuple[RankPolicy, ...]]:
-    """Every policy list that differs from `ranks` in one choice of rank r."""
+def neighbours(ranks: tuple[RankPolicy, ...], r: int, modes: tuple[WMode, ...] = W_MODES
+               ) -> Iterator[tuple[RankPolicy, ...]]:
+    """Every policy list that differs from `ranks` in one choice of rank r (its W policy among `modes`)."""
     here = ranks[r]
     changed: list[RankPolicy] = []
     if here.inflight is not None:
         changed += [replace(here, inflight=here.inflight + d) for d in CAP_STEPS if here.inflight + d >= 1]
     changed.append(replace(here, b_first=not here.b_first))
-    changed += [replace(here, w_mode=w) for w in W_MODES if w != here.w_mode]
+    changed += [replace(here, w_mode=w) for w in modes if w != here.w_mode]
     for policy in changed:
         yield ranks[:r] + (policy,) + ranks[r + 1:]
 
@@ -84,6 +93,7 @@ class _Search:
         self.objective, self.deadline, self.max_evaluations = problem.objective, deadline, max_evaluations
         self.evaluations = 0
         self.best: Tuned | None = None
+        self.modes = w_modes(problem)
 
     def spent(self) -> bool:
         return self.evaluations >= self.max_evaluations or time.monotonic() >= self.deadline
@@ -112,7 +122,7 @@ class _Search:
         while improved and not self.spent():
             improved = False
             for r in range(len(options.ranks)):
-                for ranks in neighbours(options.ranks, r):
+                for ranks in neighbours(options.ranks, r, self.modes):
                     if self.spent():
                         return
                     trial = replace(options, ranks=ranks)
@@ -134,8 +144,8 @@ def tune(problem: Problem, *, base: GreedyOptions = GreedyOptions("list"), deadl
     fixed switches (pairs, by_route). The same arguments give the same answer unless the deadline cuts
     the search short."""
     search = _Search(problem, deadline, max_evaluations)
-    starts = sorted(((search.cost(o), k, o) for k, o in enumerate(uniform_starts(problem.placement, base))),
-                    key=lambda t: (t[0], t[1]))
+    uniform = uniform_starts(problem.placement, base, search.modes)
+    starts = sorted(((search.cost(o), k, o) for k, o in enumerate(uniform)), key=lambda t: (t[0], t[1]))
     if search.best is None:
         return None
     rng = random.Random(seed)
@@ -154,6 +164,6 @@ def _perturbed(options: GreedyOptions, rng: random.Random, search: _Search) -> t
     ranks = options.ranks
     for _ in range(rng.randint(2, 4)):
         r = rng.randrange(len(ranks))
-        ranks = rng.choice(list(neighbours(ranks, r)))
+        ranks = rng.choice(list(neighbours(ranks, r, search.modes)))
     trial = replace(options, ranks=ranks)
     return trial, search.cost(trial)
