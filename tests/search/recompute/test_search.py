@@ -263,3 +263,50 @@ def test_the_balanced_split_with_every_layer_recomputed_is_a_start_where_it_scor
     found = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=per_microbatch,
                                   starts=(plain, full))
     assert found.objective <= on_balanced.objective + 1e-9
+
+
+@pytest.mark.parametrize("per_microbatch", [False, True])
+def test_a_named_split_is_kept_with_recompute(per_microbatch) -> None:
+    """Under `--partition fixed:...` (or even, balanced) the recompute search keeps the user's split: the
+    walk start with every layer recomputed goes on the rule's split, not the time-balanced one, even where
+    the balanced one scores better (it once returned 42,40 for fixed:39,43 on a 70B-like profile)."""
+    from zbsearch.search.partition.candidates import balanced_counts
+    from zbsearch.search.recompute.search import _balanced_starts, _evaluate, all_full
+
+    prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
+    balanced = balanced_counts(prof.layers, 2)
+    skewed = (balanced[0] - 2, balanced[1] + 2)
+    rule = "fixed:" + ",".join(map(str, skewed))
+    request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan", rule)
+    placement, every_layer = parse_placement("linear", 2), all_full(request)
+    on_skewed = _evaluate(request, every_layer, placement, skewed, per_microbatch)
+    on_balanced = _evaluate(request, every_layer, placement, balanced, per_microbatch)
+    assert on_balanced.objective < on_skewed.objective  # the balanced split would win if the search could move
+    assert _balanced_starts(request, [on_skewed], every_layer, per_microbatch) == []
+    found = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=per_microbatch)
+    assert found.details.partition is not None
+    assert tuple(found.details.partition.facts.layers_per_chunk) == skewed
+    assert found.details.partition.rule == rule
+
+
+def test_the_walk_gives_back_recompute_on_ranks_at_their_cap_and_takes_it_where_the_objective_holds() -> None:
+    """A rank at its cap may hold all its schedule wants (1F1B's last rank holds one microbatch): the walk's
+    steps give back recompute there too, and a step that keeps the objective and recomputes less is taken
+    (Levels.beats). On a 70B-like profile at p=2, 40 GiB, the walk had stopped at 22.44 s with 24 layers
+    recomputed on the last rank; with both, 21.11 s."""
+    from zbsearch.search.recompute.search import Levels, _evaluate, _steps, all_full
+
+    prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
+    placement = parse_placement("linear", 2)
+    every = _evaluate(request, all_full(request), placement, (4, 4), False)
+    at_cap = Levels(every.levels, placement, every.counts, every.objective, tight=(0, 1),
+                    recompute_time=every.recompute_time)
+    steps = _steps(request, at_cap)
+    names = [[x.name for x in prof.layers[:4]], [x.name for x in prof.layers[4:]]]
+    for r in (0, 1):  # on each rank alone, some recompute given back
+        assert any(set(s) < set(at_cap.levels) and set(at_cap.levels) - set(s) <= set(names[r]) for s in steps)
+    same = replace(at_cap, recompute_time=at_cap.recompute_time / 2)
+    assert same.beats(at_cap) and not at_cap.beats(same)
+    assert replace(at_cap, objective=at_cap.objective * 0.9, recompute_time=1e9).beats(at_cap)
+    assert not replace(at_cap, objective=at_cap.objective * 1.1, recompute_time=0.0).beats(at_cap)

@@ -4,20 +4,22 @@ microbatches), chosen with the split, the placement and the schedule.
 Recompute pays where memory throttles the schedule: a rank at its cap holds fewer microbatches than its
 schedule would, and the ranks behind it wait. So the search starts from the joint search's best plans
 (`search_splits`) without recompute and with every layer recomputed (the Megatron and torchtitan habit),
-from every layer recomputed on each placement's time-balanced split (on a placement neither chose, or where
-it scores better than their plans there), and from the best fixed choice users write (every layer of the
-first k layers or first ranks) on the split of the plan without recompute, where it beats that plan; from
-each it walks the recompute levels, scoring each step with the heuristics on the same split and placement:
+from every layer recomputed on each placement's time-balanced split (the rule's split under a named
+`--partition`; on a placement neither chose, or where it scores better than their plans there), and from
+the best fixed choice users write (every layer of the first k layers or first ranks) on the split of the
+plan without recompute, where it beats that plan; from each it walks the recompute levels, scoring each
+step with the heuristics on the same split and placement:
 
 1. the ranks whose room would not take one more microbatch of their heaviest chunk are the throttled
    ones;
 2. a step recomputes (full) k more layers on every throttled rank at once, for k = 1, 2, 4, and on each
    throttled rank alone, the layers that save the most bytes per unit of time first; or gives back the
-   recompute of k layers on the ranks with room (all of them, or one alone);
-3. the best step that lowers the objective is taken, and the split is then improved for the new
-   levels with the joint search's one-layer moves; where no step helps on the split (memory forced the
-   split, and the gain of recompute is a better one), the best two steps are tried with their splits
-   improved; the walk stops when none of these helps.
+   recompute of k layers on the ranks with room (all of them, or one alone), or of 4 on one throttled
+   rank (it may hold all its schedule wants there);
+3. the best step that lowers the objective (or keeps it and recomputes less) is taken, and the split is
+   then improved for the new levels with the joint search's one-layer moves; where no step helps on the
+   split (memory forced the split, and the gain of recompute is a better one), the best two steps are
+   tried with their splits improved; the walk stops when none of these helps.
 
 Ends the walks moved are polished by the solver on their split; the best of those and the starting plans
 is returned, so the search is never slower than either joint search. With `per_microbatch` (auto),
@@ -35,7 +37,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ...core.errors import InfeasibleError
+from ...core.errors import InfeasibleError, PartitionError
 from ...core.ir import Placement
 from ...core.layers import Layer
 from ...core.memory import p_multiple
@@ -50,7 +52,7 @@ from ..problem import Problem
 from ..solve.driver import SolveResult
 from .microbatches import recompute_fewer
 from ..solve.starts import heuristic_start
-from ..partition.candidates import balanced_counts
+from ..partition.candidates import balanced_counts, parse_rule
 from .every_chunk import choose_on_every_chunk, fewer_microbatches, route_counts
 from ..partition.report import split_facts
 from ..partition.search import (
@@ -75,6 +77,13 @@ class Levels:
     counts: tuple[int, ...]
     objective: float = math.inf
     tight: tuple[int, ...] = ()  # the ranks at their cap
+    recompute_time: float = 0.0  # the recompute options' time, one microbatch through every layer
+
+    def beats(self, other: "Levels") -> bool:
+        """A lower objective, or the same with less recompute, which leaves room to move the split (on
+        a 70B-like profile at p=2 a rank off the critical path kept 24 layers recomputed)."""
+        return self.objective < other.objective * (1 - 1e-9) or (
+            self.objective <= other.objective * (1 + 1e-9) and self.recompute_time < other.recompute_time * (1 - 1e-9))
 
 
 def least_memory(layers: Sequence[Layer]) -> tuple[Layer, ...]:
@@ -106,7 +115,9 @@ def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placemen
               counts: Sequence[int], per_microbatch: bool) -> Levels:
     """The heuristics' best schedule of one split with these levels (recomputing, with `per_microbatch`,
     only the microbatches that need it), and which ranks sit at their cap."""
-    out = Levels(dict(levels), placement, tuple(counts))
+    layers = request.profile.layers or ()
+    out = Levels(dict(levels), placement, tuple(counts), recompute_time=sum(
+        option.time for x in layers if x.name in levels for option in [option_of(x, levels[x.name])] if option))
     search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
     try:
         problem = search.problem(placement, counts)
@@ -152,6 +163,9 @@ def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
         steps += [grown, shrunk]
     steps += [_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
     steps += [_fewer(ranks[r], current.levels, 1) for r in loose] if len(loose) > 1 else []
+    # A rank at its cap may still hold all the microbatches its schedule wants there (the last rank of
+    # 1F1B holds one): giving back recompute can keep the objective and free time to take layers.
+    steps += [_fewer(ranks[r], current.levels, STEPS[-1]) for r in tight]
     return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
 
 
@@ -162,22 +176,23 @@ def _fewer(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str,
 
 
 def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool, budget: Budget) -> Levels:
-    """From `start`, take the best step that lowers the objective, then improve the split for the new
-    levels (its bounds capped by `budget`), until no step helps or the deadline passes."""
+    """From `start`, take the best step that lowers the objective (or keeps it and recomputes less), then
+    improve the split for the new levels (its bounds capped by `budget`), until no step helps or the
+    deadline passes."""
     best = start
     while time.monotonic() < deadline:
         found = [_evaluate(request, levels, best.placement, best.counts, per_microbatch)
                  for levels in _steps(request, best) if time.monotonic() < deadline]
-        step = min(found, key=lambda x: x.objective, default=None)
+        step = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
         if step is None:
             return best
-        if step.objective < best.objective * (1 - 1e-9):
+        if step.beats(best):
             best = _resplit(request, step, deadline, per_microbatch, budget)
             continue
         # On this split no step helps; where memory forced the split, one does once the split moves.
         moved = (_resplit(request, x, deadline, per_microbatch, budget)
-                 for x in sorted(found, key=lambda x: x.objective)[:RESPLIT_TRIES])
-        better = next((x for x in moved if x.objective < best.objective * (1 - 1e-9)), None)
+                 for x in sorted(found, key=lambda x: (x.objective, x.recompute_time))[:RESPLIT_TRIES])
+        better = next((x for x in moved if x.beats(best)), None)
         if better is None:
             return best
         best = better
@@ -302,18 +317,32 @@ def _balanced_starts(request: SplitRequest, firsts: Sequence[Levels], every_laye
     than their plans there. The joint searches chose their splits by the per-rank score, and a walk's
     one-layer moves rarely leave a split: at 25 s on llama3-8b p=8 at 36 GiB (results/memory_levers.md),
     every layer recomputed on the joint search's split (6,4,4,4,4,4,4,4) scores 8,003.8 ms with only the
-    microbatches that need it recomputing, on the balanced split (5,4,4,5,4,4,4,4) 7,278.4."""
+    microbatches that need it recomputing, on the balanced split (5,4,4,5,4,4,4,4) 7,278.4. Under a named
+    `--partition` rule the start is on the rule's own split (_start_split): the walk keeps it."""
     out = []
     for name in request.placements:
         placement = parse_placement(name, request.num_ranks)
         there = [x for x in firsts if x.placement.name == placement.name]
-        counts = balanced_counts(request.profile.layers or (), route_length(placement))
-        if any(x.counts == counts for x in there):
+        counts = _start_split(request, placement)
+        if counts is None or any(x.counts == counts for x in there):
             continue
         first = _evaluate(request, every_layer, placement, counts, per_microbatch)
         if first.objective < min((x.objective for x in there), default=math.inf) * (1 - 1e-9):
             out.append(first)
     return out
+
+
+def _start_split(request: SplitRequest, placement: Placement) -> tuple[int, ...] | None:
+    """The split of a walk start on `placement`: the time-balanced one under `--partition auto`, else the
+    split the rule names (a user's fixed:... or even split is kept as given: the walks only move a split
+    under auto), or None where the rule's counts do not fit the placement."""
+    layers = request.profile.layers or ()
+    if request.rule.strip().lower() == "auto":
+        return balanced_counts(layers, route_length(placement))
+    try:
+        return parse_rule(request.rule, layers, placement)[1]
+    except PartitionError:
+        return None
 
 
 PREFIXES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # the first k layers a fixed choice recomputes
