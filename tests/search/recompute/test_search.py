@@ -186,7 +186,8 @@ def test_a_fixed_choice_of_the_first_layers_or_ranks_is_among_the_starts(per_mic
     first ranks) beat what the walks from no recompute returned on a 70B-like profile. The best such choice
     on the plan without recompute's split, where it beats that plan, is a walk start: the search is never
     slower than its heuristic schedule (the walk and the polish only improve on it)."""
-    from zbsearch.search.recompute.search import _evaluate, _fixed_choices, _rank_layers, everything
+    from zbsearch.search.recompute.search import _fixed_choices, everything
+    from zbsearch.search.recompute.walk import evaluate, rank_layers
 
     prof = profile([block(i, 1.0, 0.1) for i in range(4)], 8)
     request = SplitRequest(prof, 2, ("linear",), "14GiB", "makespan")
@@ -194,11 +195,11 @@ def test_a_fixed_choice_of_the_first_layers_or_ranks_is_among_the_starts(per_mic
     full = search_splits(everything(request), SearchOptions(time_limit=4))
     placement = parse_placement("linear", 2)
     counts = tuple(len(c) for c in plain.schedule.plan.split.chunks)
-    first = _evaluate(request, {}, placement, counts, per_microbatch)
+    first = evaluate(request, {}, placement, counts, per_microbatch)
     layers = prof.layers
     fixed = [{x.name: "full" for x in layers[:k] if x.recompute} for k in range(1, len(layers))]
-    fixed += [{x.name: "full" for x in _rank_layers(request, placement, counts)[0] if x.recompute}]
-    scores = [_evaluate(request, levels, placement, counts, False).objective for levels in fixed if levels]
+    fixed += [{x.name: "full" for x in rank_layers(request, placement, counts)[0] if x.recompute}]
+    scores = [evaluate(request, levels, placement, counts, False).objective for levels in fixed if levels]
     assert min(scores) < first.objective  # a fixed choice beats the plan without recompute here
     assert _fixed_choices(request, first, per_microbatch, math.inf)
     found = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=per_microbatch,
@@ -244,19 +245,20 @@ def test_the_balanced_split_with_every_layer_recomputed_is_a_start_where_it_scor
     than the joint plans on that placement (at 25 s on llama3-8b p=8 at 36 GiB: 6,870.8 ms per microbatch
     with it, 7,613.5 without), and not where a joint plan already has that split or scores better."""
     from zbsearch.search.partition.candidates import balanced_counts
-    from zbsearch.search.recompute.search import _balanced_starts, _evaluate, all_full, everything
+    from zbsearch.search.recompute.search import _split_starts, all_full, everything
+    from zbsearch.search.recompute.walk import evaluate
 
     prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
     request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
     placement, every_layer = parse_placement("linear", 2), all_full(request)
     balanced = balanced_counts(prof.layers, 2)
     skewed = (balanced[0] - 2, balanced[1] + 2)
-    on_skewed = _evaluate(request, every_layer, placement, skewed, per_microbatch)
-    on_balanced = _evaluate(request, every_layer, placement, balanced, per_microbatch)
+    on_skewed = evaluate(request, every_layer, placement, skewed, per_microbatch)
+    on_balanced = evaluate(request, every_layer, placement, balanced, per_microbatch)
     assert on_balanced.objective < on_skewed.objective  # the case the start is for
-    [start] = _balanced_starts(request, [on_skewed], every_layer, per_microbatch)
+    [start] = _split_starts(request, [on_skewed], every_layer, per_microbatch)
     assert start.counts == balanced and start.objective == on_balanced.objective
-    assert _balanced_starts(request, [on_balanced], every_layer, per_microbatch) == []
+    assert _split_starts(request, [on_balanced], every_layer, per_microbatch) == []
     plain = search_splits(request, SearchOptions(time_limit=3))
     full = search_splits(replace(everything(request), rule="fixed:" + ",".join(map(str, skewed))),
                          SearchOptions(time_limit=3))
@@ -271,7 +273,8 @@ def test_a_named_split_is_kept_with_recompute(per_microbatch) -> None:
     walk start with every layer recomputed goes on the rule's split, not the time-balanced one, even where
     the balanced one scores better (it once returned 42,40 for fixed:39,43 on a 70B-like profile)."""
     from zbsearch.search.partition.candidates import balanced_counts
-    from zbsearch.search.recompute.search import _balanced_starts, _evaluate, all_full
+    from zbsearch.search.recompute.search import _split_starts, all_full
+    from zbsearch.search.recompute.walk import evaluate
 
     prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
     balanced = balanced_counts(prof.layers, 2)
@@ -279,10 +282,10 @@ def test_a_named_split_is_kept_with_recompute(per_microbatch) -> None:
     rule = "fixed:" + ",".join(map(str, skewed))
     request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan", rule)
     placement, every_layer = parse_placement("linear", 2), all_full(request)
-    on_skewed = _evaluate(request, every_layer, placement, skewed, per_microbatch)
-    on_balanced = _evaluate(request, every_layer, placement, balanced, per_microbatch)
+    on_skewed = evaluate(request, every_layer, placement, skewed, per_microbatch)
+    on_balanced = evaluate(request, every_layer, placement, balanced, per_microbatch)
     assert on_balanced.objective < on_skewed.objective  # the balanced split would win if the search could move
-    assert _balanced_starts(request, [on_skewed], every_layer, per_microbatch) == []
+    assert _split_starts(request, [on_skewed], every_layer, per_microbatch) == []
     found = search_with_recompute(request, SearchOptions(time_limit=6), per_microbatch=per_microbatch)
     assert found.details.partition is not None
     assert tuple(found.details.partition.facts.layers_per_chunk) == skewed
@@ -294,15 +297,15 @@ def test_the_walk_gives_back_recompute_on_ranks_at_their_cap_and_takes_it_where_
     steps give back recompute there too, and a step that keeps the objective and recomputes less is taken
     (Levels.beats). On a 70B-like profile at p=2, 40 GiB, the walk had stopped at 22.44 s with 24 layers
     recomputed on the last rank; with both, 21.11 s."""
-    from zbsearch.search.recompute.search import Levels, _evaluate, _steps, all_full
+    from zbsearch.search.recompute.walk import Levels, all_full, evaluate, steps_from
 
     prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
     request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
     placement = parse_placement("linear", 2)
-    every = _evaluate(request, all_full(request), placement, (4, 4), False)
+    every = evaluate(request, all_full(request), placement, (4, 4), False)
     at_cap = Levels(every.levels, placement, every.counts, every.objective, tight=(0, 1),
                     recompute_time=every.recompute_time)
-    steps = _steps(request, at_cap)
+    steps = steps_from(request, at_cap)
     names = [[x.name for x in prof.layers[:4]], [x.name for x in prof.layers[4:]]]
     for r in (0, 1):  # on each rank alone, some recompute given back
         assert any(set(s) < set(at_cap.levels) and set(at_cap.levels) - set(s) <= set(names[r]) for s in steps)
@@ -310,3 +313,27 @@ def test_the_walk_gives_back_recompute_on_ranks_at_their_cap_and_takes_it_where_
     assert same.beats(at_cap) and not at_cap.beats(same)
     assert replace(at_cap, objective=at_cap.objective * 0.9, recompute_time=1e9).beats(at_cap)
     assert not replace(at_cap, objective=at_cap.objective * 1.1, recompute_time=0.0).beats(at_cap)
+
+
+@pytest.mark.parametrize("per_microbatch", [False, True])
+def test_a_walk_starts_on_the_better_of_the_balanced_split_and_the_full_searchs_best(per_microbatch) -> None:
+    """On a placement the joint plans did not choose, the every-layer walk start goes on the better of the
+    time-balanced split and the best split the joint search with every layer recomputed scored there (on a
+    70B-like profile at p=2, 40 GiB: (44,38) walked to 21.11 s, the balanced (42,40) to 21.48 s)."""
+    from zbsearch.search.partition.candidates import balanced_counts
+    from zbsearch.search.recompute.search import _best_splits, _split_starts, all_full, everything
+    from zbsearch.search.recompute.walk import evaluate
+
+    prof = profile([block(i, 1.0 + 0.3 * (i % 3), 0.1) for i in range(6)], 8)
+    request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
+    placement, every_layer = parse_placement("linear", 2), all_full(request)
+    full = search_splits(everything(request), SearchOptions(time_limit=3))
+    by = full.details.partition.any_split_bound_by_placement
+    assert _best_splits(full) == {"linear": tuple(by["linear"]["best_split"])}
+    balanced = balanced_counts(prof.layers, 2)
+    for other in [c for c in all_splits(len(prof.layers), 2) if c != balanced]:
+        crafted = replace(full, details=replace(full.details, partition=replace(
+            full.details.partition, any_split_bound_by_placement={"linear": {"best_split": list(other)}})))
+        scores = {c: evaluate(request, every_layer, placement, c, per_microbatch).objective for c in (balanced, other)}
+        [start] = _split_starts(request, [], every_layer, per_microbatch, crafted)
+        assert start.objective == min(scores.values()) and scores[start.counts] == start.objective

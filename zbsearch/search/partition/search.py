@@ -350,9 +350,11 @@ def _finish(request: SplitRequest, results: list[SolveResult], search: SplitSear
         # The best plan found on each placement beside its bound: where the two stay far apart, the
         # gap is that placement's, whichever of them is weak.
         kind = parse_placement(name, request.num_ranks).name
-        found = [s.found for s in search.scored.values() if s.placement.name == kind]
-        found += [r.objective for r in results if r.problem.placement.name == kind]
+        here = [s for s in search.scored.values() if s.placement.name == kind]
+        found = [s.found for s in here] + [r.objective for r in results if r.problem.placement.name == kind]
         placed["best_found"] = min(found, default=math.inf)
+        if any(math.isfinite(s.found) for s in here):  # where a recompute walk may start (recompute/search.py)
+            placed["best_split"] = list(min(here, key=lambda s: s.found).counts)
     lower, status = best.lower_bound, best.status
     if rule == "auto":
         # The best plan over every split on these placements is no better than this bound; the

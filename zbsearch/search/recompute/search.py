@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
 from ...core.errors import InfeasibleError, PartitionError
@@ -42,48 +42,19 @@ from ...core.ir import Placement
 from ...core.layers import Layer
 from ...core.memory import p_multiple
 from ...core.objective import status_for
-from ...core.partition import groups, route_length
+from ...core.partition import route_length
 from ...core.placement import parse_placement
-from ...core.recompute.levels import held_from_f, option_of, with_recompute
-from ...sim.simulate import Timeline
+from ...core.recompute.levels import held_from_f, with_recompute
 from ..budget import Budget
 from ..options import SearchOptions
-from ..problem import Problem
 from ..solve.driver import SolveResult
-from .microbatches import recompute_fewer
-from ..solve.starts import heuristic_start
 from ..partition.candidates import balanced_counts, parse_rule
 from .every_chunk import choose_on_every_chunk, fewer_microbatches, route_counts
 from ..partition.report import split_facts
-from ..partition.search import (
-    SplitRequest,
-    SplitBound,
-    SplitSearch,
-    any_split_bound_of,
-    improve_split,
-    search_splits,
-)
+from ..partition.search import SplitRequest, SplitBound, SplitSearch, any_split_bound_of, search_splits
+from .walk import Levels, all_full, evaluate, rank_layers, ranks_at_cap, walk, with_more
 
-STEPS = (1, 2, 4)  # layers added per throttled rank in one step
-RESPLIT_TRIES = 2  # where no step helps on the split, the best steps tried with their split improved
-
-
-@dataclass
-class Levels:
-    """One recompute choice on one split: the levels by layer name, and what the heuristics make of it."""
-
-    levels: dict[str, str]
-    placement: Placement
-    counts: tuple[int, ...]
-    objective: float = math.inf
-    tight: tuple[int, ...] = ()  # the ranks at their cap
-    recompute_time: float = 0.0  # the recompute options' time, one microbatch through every layer
-
-    def beats(self, other: "Levels") -> bool:
-        """A lower objective, or the same with less recompute, which leaves room to move the split (on
-        a 70B-like profile at p=2 a rank off the critical path kept 24 layers recomputed)."""
-        return self.objective < other.objective * (1 - 1e-9) or (
-            self.objective <= other.objective * (1 + 1e-9) and self.recompute_time < other.recompute_time * (1 - 1e-9))
+__all__ = ["Levels", "all_full", "everything", "joint", "least_memory", "ranks_at_cap", "search_with_recompute"]
 
 
 def least_memory(layers: Sequence[Layer]) -> tuple[Layer, ...]:
@@ -100,124 +71,6 @@ def least_memory(layers: Sequence[Layer]) -> tuple[Layer, ...]:
         out.append(replace(layer, mem_B=min(layer.mem_B, least_b), mem_W=min(layer.mem_W, least_b),
                            mem_B_torch=least_b, mem_W_torch=least_w if torch_w is not None else None))
     return tuple(out)
-
-
-def _rank_layers(request: SplitRequest, placement: Placement, counts: Sequence[int]) -> list[list[Layer]]:
-    """The profile's layers on each rank for a split (route order)."""
-    route = placement.routes[0]
-    out: list[list[Layer]] = [[] for _ in range(placement.num_ranks)]
-    for k, group in enumerate(groups(request.profile.layers or (), counts)):
-        out[placement.chunk_to_rank[route[k]]].extend(group)
-    return out
-
-
-def _evaluate(request: SplitRequest, levels: dict[str, str], placement: Placement,
-              counts: Sequence[int], per_microbatch: bool) -> Levels:
-    """The heuristics' best schedule of one split with these levels (recomputing, with `per_microbatch`,
-    only the microbatches that need it), and which ranks sit at their cap."""
-    layers = request.profile.layers or ()
-    out = Levels(dict(levels), placement, tuple(counts), recompute_time=sum(
-        option.time for x in layers if x.name in levels for option in [option_of(x, levels[x.name])] if option))
-    search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
-    try:
-        problem = search.problem(placement, counts)
-        problem.check_feasible()
-        start = heuristic_start(problem)
-        if per_microbatch:
-            problem, start = recompute_fewer(problem, start, validate=False)
-    except InfeasibleError:
-        return out
-    out.objective = start.objective
-    out.tight = ranks_at_cap(problem, start.timeline)
-    return out
-
-
-def ranks_at_cap(problem: Problem, timeline: Timeline) -> tuple[int, ...]:
-    """The ranks at their cap: their room would not take one more microbatch of their heaviest chunk."""
-    costs = problem.chunk_costs
-    return tuple(r for r in range(problem.num_ranks)
-                 if timeline.peak_memory(r) + max(costs[c].mem_B for c in problem.placement.chunks_on(r))
-                 > problem.limit.per_rank[r])
-
-
-def _more(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
-    """`levels` with up to k more of these layers recomputed in full, the most bytes saved per unit of
-    time first."""
-    free = [(x, full) for x in layers if x.name not in levels for full in [option_of(x, "full")] if full is not None]
-    free.sort(key=lambda pair: -(held_from_f(pair[0]) - pair[1].mem_B) / max(pair[1].time, 1e-12))
-    return {**levels, **{x.name: "full" for x, _ in free[:k]}}
-
-
-def _steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
-    """The recompute choices one step away (see the module)."""
-    ranks = _rank_layers(request, current.placement, current.counts)
-    tight = list(current.tight)
-    loose = [r for r in range(len(ranks)) if r not in tight]
-    steps = []
-    for k in STEPS:
-        grown, shrunk = dict(current.levels), dict(current.levels)
-        for r in tight:
-            grown = _more(ranks[r], grown, k)
-        for r in loose:
-            shrunk = _fewer(ranks[r], shrunk, k)
-        steps += [grown, shrunk]
-    steps += [_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
-    steps += [_fewer(ranks[r], current.levels, 1) for r in loose] if len(loose) > 1 else []
-    # A rank at its cap may still hold all the microbatches its schedule wants there (the last rank of
-    # 1F1B holds one): giving back recompute can keep the objective and free time to take layers.
-    steps += [_fewer(ranks[r], current.levels, STEPS[-1]) for r in tight]
-    return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
-
-
-def _fewer(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
-    """`levels` with the recompute of up to k of these layers given back, the last of them first."""
-    mine = [x.name for x in layers if x.name in levels][-k:] if k else []
-    return {name: level for name, level in levels.items() if name not in mine}
-
-
-def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool, budget: Budget) -> Levels:
-    """From `start`, take the best step that lowers the objective (or keeps it and recomputes less), then
-    improve the split for the new levels (its bounds capped by `budget`), until no step helps or the
-    deadline passes."""
-    best = start
-    while time.monotonic() < deadline:
-        found = [_evaluate(request, levels, best.placement, best.counts, per_microbatch)
-                 for levels in _steps(request, best) if time.monotonic() < deadline]
-        step = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
-        if step is None:
-            return best
-        if step.beats(best):
-            best = _resplit(request, step, deadline, per_microbatch, budget)
-            continue
-        # On this split no step helps; where memory forced the split, one does once the split moves.
-        moved = (_resplit(request, x, deadline, per_microbatch, budget)
-                 for x in sorted(found, key=lambda x: (x.objective, x.recompute_time))[:RESPLIT_TRIES])
-        better = next((x for x in moved if x.beats(best)), None)
-        if better is None:
-            return best
-        best = better
-    return best
-
-
-def _resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool,
-             budget: Budget) -> Levels:
-    """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
-    even, balanced or fixed:..., stays as named)."""
-    if request.rule.strip().lower() != "auto":
-        return current
-    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline,
-                         budget)
-    entry = search.score(current.placement, current.counts, "recompute")
-    moved = improve_split(search, entry, deadline)
-    if moved.counts == current.counts or not moved.objective < current.objective:
-        return current
-    return _evaluate(request, current.levels, moved.placement, moved.counts, per_microbatch)
-
-
-def all_full(request: SplitRequest) -> dict[str, str]:
-    """Every layer that lists it recomputed in full (the Megatron and torchtitan habit)."""
-    layers = request.profile.layers or ()
-    return _more(layers, {}, len(layers))
 
 
 def everything(request: SplitRequest) -> SplitRequest:
@@ -262,10 +115,10 @@ def search_with_recompute(request: SplitRequest, options: SearchOptions = Search
     if not found:
         assert isinstance(starts[1], InfeasibleError)  # neither start is a plan
         raise starts[1]
-    firsts = [_evaluate(request, levels, placement, route_counts(start, placement), per_microbatch)
+    firsts = [evaluate(request, levels, placement, route_counts(start, placement), per_microbatch)
               for levels, start in found for placement in [parse_placement(start.problem.placement.name,
                                                                            request.num_ranks)]]
-    firsts += _balanced_starts(request, firsts, every_layer, per_microbatch)
+    firsts += _split_starts(request, firsts, every_layer, per_microbatch, starts[1])
     if found[0][0] == {}:  # from the plan without recompute: a fixed choice of the first layers or ranks
         firsts += _fixed_choices(request, firsts[0], per_microbatch, time.monotonic() + (walk_end - time.monotonic()) / 2)
     ends: list[Levels] = []
@@ -309,27 +162,39 @@ def _phase_ends(deadline: float, per_microbatch: bool, budget: Budget) -> tuple[
     return now + walk * left, deadline - kept_back * left
 
 
-def _balanced_starts(request: SplitRequest, firsts: Sequence[Levels], every_layer: dict[str, str],
-                     per_microbatch: bool) -> list[Levels]:
-    """Walk starts with every layer recomputed (`every_layer`: all_full) on each placement's time-balanced
-    split: on a placement neither joint search chose (where recompute frees memory, another placement may
-    win, and the walk down finds how much recompute it needs), and on one they chose where it scores better
-    than their plans there. The joint searches chose their splits by the per-rank score, and a walk's
-    one-layer moves rarely leave a split: at 25 s on llama3-8b p=8 at 36 GiB (results/memory_levers.md),
-    every layer recomputed on the joint search's split (6,4,4,4,4,4,4,4) scores 8,003.8 ms with only the
-    microbatches that need it recomputing, on the balanced split (5,4,4,5,4,4,4,4) 7,278.4. Under a named
-    `--partition` rule the start is on the rule's own split (_start_split): the walk keeps it."""
+def _split_starts(request: SplitRequest, firsts: Sequence[Levels], every_layer: dict[str, str],
+                  per_microbatch: bool, full: JointPlan | None = None) -> list[Levels]:
+    """Walk starts with every layer recomputed (`every_layer`: all_full), one per placement where it scores
+    better than the joint plans there (or they chose another placement): the better of the time-balanced
+    split and the best split the joint search with every layer recomputed (`full`) scored there. Where
+    recompute frees memory another placement may win, and the walk down finds how much recompute it needs;
+    and the joint searches chose their splits by the per-rank score while a walk's one-layer moves rarely
+    leave a split: at 25 s on llama3-8b p=8 at 36 GiB (results/memory_levers.md), every layer recomputed on
+    the joint search's split (6,4,4,4,4,4,4,4) scores 8,003.8 ms with only the microbatches that need it
+    recomputing, on the balanced split (5,4,4,5,4,4,4,4) 7,278.4; on a 70B-like profile at p=2, 40 GiB, the
+    full search's best linear split (44,38) walked to 21.11 s, the balanced one (42,40) to 21.48. Under a
+    named `--partition` rule the start is on the rule's own split (_start_split): the walk keeps it."""
+    scored = _best_splits(full) if request.rule.strip().lower() == "auto" else {}
     out = []
     for name in request.placements:
         placement = parse_placement(name, request.num_ranks)
         there = [x for x in firsts if x.placement.name == placement.name]
-        counts = _start_split(request, placement)
-        if counts is None or any(x.counts == counts for x in there):
-            continue
-        first = _evaluate(request, every_layer, placement, counts, per_microbatch)
-        if first.objective < min((x.objective for x in there), default=math.inf) * (1 - 1e-9):
+        splits = dict.fromkeys(c for c in (_start_split(request, placement), scored.get(placement.name))
+                               if c is not None and all(x.counts != c for x in there))
+        tried = [evaluate(request, every_layer, placement, counts, per_microbatch) for counts in splits]
+        first = min(tried, key=lambda x: x.objective, default=None)
+        if first is not None and first.objective < min((x.objective for x in there), default=math.inf) * (1 - 1e-9):
             out.append(first)
     return out
+
+
+def _best_splits(full: JointPlan | None) -> dict[str, tuple[int, ...]]:
+    """The best split a joint search scored on each placement, by placement kind (none for no plan)."""
+    if not isinstance(full, SolveResult) or full.details.partition is None:
+        return {}
+    how = full.details.partition.any_split_bound_by_placement
+    return {parse_placement(name, full.problem.num_ranks).name: tuple(placed["best_split"])
+            for name, placed in how.items() if "best_split" in placed}
 
 
 def _start_split(request: SplitRequest, placement: Placement) -> tuple[int, ...] | None:
@@ -355,14 +220,14 @@ def _fixed_choices(request: SplitRequest, plain: Levels, per_microbatch: bool, d
     a dozen layers may (issue 39: on a 70B-like profile at p=2, 20 GiB, layers.0..layers.11 gave 22.23 s
     where the walks from no recompute returned 25.10 s). One heuristic run each, until `deadline`."""
     layers = request.profile.layers or ()
-    choices = [_more(layers[:k], {}, k) for k in PREFIXES if k < len(layers)]
-    ranks = _rank_layers(request, plain.placement, plain.counts)
-    choices += [_more([x for r in range(q) for x in ranks[r]], {}, len(layers)) for q in range(1, len(ranks))]
+    choices = [with_more(layers[:k], {}, k) for k in PREFIXES if k < len(layers)]
+    ranks = rank_layers(request, plain.placement, plain.counts)
+    choices += [with_more([x for r in range(q) for x in ranks[r]], {}, len(layers)) for q in range(1, len(ranks))]
     best = plain
     for levels in {tuple(sorted(c.items())): c for c in choices if c}.values():
         if time.monotonic() >= deadline:
             break
-        tried = _evaluate(request, levels, plain.placement, plain.counts, per_microbatch)
+        tried = evaluate(request, levels, plain.placement, plain.counts, per_microbatch)
         best = tried if tried.objective < best.objective * (1 - 1e-9) else best
     return [] if best is plain else [best]
 

@@ -1,0 +1,163 @@
+"""The recompute walk: one recompute choice on one split (`Levels`), scored with the heuristics
+(`evaluate`), and the steps from it to its neighbours (`steps_from`), walked while one helps (`walk`),
+the split improved after each step (`resplit`). search.py says where the walks start and what is done
+with their ends.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ...core.errors import InfeasibleError
+from ...core.ir import Placement
+from ...core.layers import Layer
+from ...core.partition import groups
+from ...core.recompute.levels import held_from_f, option_of, with_recompute
+from ...sim.simulate import Timeline
+from ..budget import Budget
+from ..problem import Problem
+from ..solve.starts import heuristic_start
+from ..partition.search import SplitRequest, SplitSearch, improve_split
+from .microbatches import recompute_fewer
+
+STEPS = (1, 2, 4)  # layers added per throttled rank in one step
+RESPLIT_TRIES = 2  # where no step helps on the split, the best steps tried with their split improved
+
+
+@dataclass
+class Levels:
+    """One recompute choice on one split: the levels by layer name, and what the heuristics make of it."""
+
+    levels: dict[str, str]
+    placement: Placement
+    counts: tuple[int, ...]
+    objective: float = math.inf
+    tight: tuple[int, ...] = ()  # the ranks at their cap
+    recompute_time: float = 0.0  # the recompute options' time, one microbatch through every layer
+
+    def beats(self, other: "Levels") -> bool:
+        """A lower objective, or the same with less recompute, which leaves room to move the split (on
+        a 70B-like profile at p=2 a rank off the critical path kept 24 layers recomputed)."""
+        return self.objective < other.objective * (1 - 1e-9) or (
+            self.objective <= other.objective * (1 + 1e-9) and self.recompute_time < other.recompute_time * (1 - 1e-9))
+
+
+def rank_layers(request: SplitRequest, placement: Placement, counts: Sequence[int]) -> list[list[Layer]]:
+    """The profile's layers on each rank for a split (route order)."""
+    route = placement.routes[0]
+    out: list[list[Layer]] = [[] for _ in range(placement.num_ranks)]
+    for k, group in enumerate(groups(request.profile.layers or (), counts)):
+        out[placement.chunk_to_rank[route[k]]].extend(group)
+    return out
+
+
+def evaluate(request: SplitRequest, levels: dict[str, str], placement: Placement,
+              counts: Sequence[int], per_microbatch: bool) -> Levels:
+    """The heuristics' best schedule of one split with these levels (recomputing, with `per_microbatch`,
+    only the microbatches that need it), and which ranks sit at their cap."""
+    layers = request.profile.layers or ()
+    out = Levels(dict(levels), placement, tuple(counts), recompute_time=sum(
+        option.time for x in layers if x.name in levels for option in [option_of(x, levels[x.name])] if option))
+    search = SplitSearch(replace(request, profile=with_recompute(request.profile, levels, restage=False)), math.inf)
+    try:
+        problem = search.problem(placement, counts)
+        problem.check_feasible()
+        start = heuristic_start(problem)
+        if per_microbatch:
+            problem, start = recompute_fewer(problem, start, validate=False)
+    except InfeasibleError:
+        return out
+    out.objective = start.objective
+    out.tight = ranks_at_cap(problem, start.timeline)
+    return out
+
+
+def ranks_at_cap(problem: Problem, timeline: Timeline) -> tuple[int, ...]:
+    """The ranks at their cap: their room would not take one more microbatch of their heaviest chunk."""
+    costs = problem.chunk_costs
+    return tuple(r for r in range(problem.num_ranks)
+                 if timeline.peak_memory(r) + max(costs[c].mem_B for c in problem.placement.chunks_on(r))
+                 > problem.limit.per_rank[r])
+
+
+def with_more(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
+    """`levels` with up to k more of these layers recomputed in full, the most bytes saved per unit of
+    time first."""
+    free = [(x, full) for x in layers if x.name not in levels for full in [option_of(x, "full")] if full is not None]
+    free.sort(key=lambda pair: -(held_from_f(pair[0]) - pair[1].mem_B) / max(pair[1].time, 1e-12))
+    return {**levels, **{x.name: "full" for x, _ in free[:k]}}
+
+
+def steps_from(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
+    """The recompute choices one step away (search.py's docstring lists them)."""
+    ranks = rank_layers(request, current.placement, current.counts)
+    tight = list(current.tight)
+    loose = [r for r in range(len(ranks)) if r not in tight]
+    steps = []
+    for k in STEPS:
+        grown, shrunk = dict(current.levels), dict(current.levels)
+        for r in tight:
+            grown = with_more(ranks[r], grown, k)
+        for r in loose:
+            shrunk = with_fewer(ranks[r], shrunk, k)
+        steps += [grown, shrunk]
+    steps += [with_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
+    steps += [with_fewer(ranks[r], current.levels, 1) for r in loose] if len(loose) > 1 else []
+    # A rank at its cap may still hold all the microbatches its schedule wants there (the last rank of
+    # 1F1B holds one): giving back recompute can keep the objective and free time to take layers.
+    steps += [with_fewer(ranks[r], current.levels, STEPS[-1]) for r in tight]
+    return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
+
+
+def with_fewer(layers: Sequence[Layer], levels: dict[str, str], k: int) -> dict[str, str]:
+    """`levels` with the recompute of up to k of these layers given back, the last of them first."""
+    mine = [x.name for x in layers if x.name in levels][-k:] if k else []
+    return {name: level for name, level in levels.items() if name not in mine}
+
+
+def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: bool, budget: Budget) -> Levels:
+    """From `start`, take the best step that lowers the objective (or keeps it and recomputes less), then
+    improve the split for the new levels (its bounds capped by `budget`), until no step helps or the
+    deadline passes."""
+    best = start
+    while time.monotonic() < deadline:
+        found = [evaluate(request, levels, best.placement, best.counts, per_microbatch)
+                 for levels in steps_from(request, best) if time.monotonic() < deadline]
+        step = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
+        if step is None:
+            return best
+        if step.beats(best):
+            best = resplit(request, step, deadline, per_microbatch, budget)
+            continue
+        # On this split no step helps; where memory forced the split, one does once the split moves.
+        moved = (resplit(request, x, deadline, per_microbatch, budget)
+                 for x in sorted(found, key=lambda x: (x.objective, x.recompute_time))[:RESPLIT_TRIES])
+        better = next((x for x in moved if x.beats(best)), None)
+        if better is None:
+            return best
+        best = better
+    return best
+
+
+def resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool,
+             budget: Budget) -> Levels:
+    """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
+    even, balanced or fixed:..., stays as named)."""
+    if request.rule.strip().lower() != "auto":
+        return current
+    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline,
+                         budget)
+    entry = search.score(current.placement, current.counts, "recompute")
+    moved = improve_split(search, entry, deadline)
+    if moved.counts == current.counts or not moved.objective < current.objective:
+        return current
+    return evaluate(request, current.levels, moved.placement, moved.counts, per_microbatch)
+
+
+def all_full(request: SplitRequest) -> dict[str, str]:
+    """Every layer that lists it recomputed in full (the Megatron and torchtitan habit)."""
+    layers = request.profile.layers or ()
+    return with_more(layers, {}, len(layers))
