@@ -61,9 +61,11 @@ def _divide(record: dict[str, Any], fields: tuple[str, ...]) -> None:
             record[key] = record[key] / TP
 
 
-def tp_profile(p: int, m: int, out: Path) -> Path:
-    """The estimated 80-layer profile at p stages and m microbatches, every time and byte divided by TP."""
-    done = _zbsearch("profile", "--estimate", "--gpu", "h100", "--mfu", "0.4", *SHAPE, "-p", str(p), "-m", str(m),
+def tp_profile(p: int, m: int, out: Path, micro_batch: int = 1) -> Path:
+    """The estimated 80-layer profile at p stages and m microbatches of `micro_batch` sequences, every time
+    and byte divided by TP."""
+    shape = [str(micro_batch) if SHAPE[k - 1] == "--micro-batch" else x for k, x in enumerate(SHAPE)]
+    done = _zbsearch("profile", "--estimate", "--gpu", "h100", "--mfu", "0.4", *shape, "-p", str(p), "-m", str(m),
                      "-o", str(out))
     if done.returncode != 0:
         raise SystemExit(f"zbsearch profile failed: {done.stderr}")
