@@ -234,3 +234,6 @@ def test_where_b_alone_holds_more_than_f_took_only_fused_backwards_fit() -> None
     handcrafted = [c for c in found if not c.name.startswith("greedy(")]
     assert all(best.timeline.makespan <= c.timeline.makespan + 1e-9 for c in handcrafted)
     assert not fused_helps(Problem(uniform_profile(1, 1, 1, p=p, m=m), linear(p), m, MemoryLimit("2 mb", (2.0,) * p)))
+    # Where a list variant with B and W apart fits, the fused ones are not run (one more engine run each).
+    roomy = candidates(Problem(profile, linear(p), m, MemoryLimit("40 mb", (40.0,) * p)), same_placement=True)
+    assert roomy and not any("fused-bw" in c.name for c in roomy)

@@ -108,3 +108,20 @@ def test_windows_start_from_fused_backwards_that_hold_too_much_split() -> None:
     report = check(schedule, problem.profile, problem.limit)
     assert report.ok and report.timeline is not None
     assert math.isclose(report.timeline.makespan, objective, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("cap", ["18GiB", "20GiB", "28GiB"])
+def test_fewest_is_the_best_of_the_heuristics_top_schedules_with_fewer(cap) -> None:
+    """microbatches.fewest keeps the microbatches that fit on each of the heuristics' best schedules and
+    returns the fastest: never slower than doing so on the best schedule alone, and valid."""
+    from zbsearch.search.greedy.candidates import candidates
+    from zbsearch.search.recompute.microbatches import FEWER_TOP, fewest
+    from zbsearch.search.solve.starts import Start
+
+    problem = toy_problem(cap)
+    chosen, start = fewest(problem)
+    alone = recompute_fewer(problem, heuristic_start(problem))[1]
+    assert start.objective <= alone.objective * (1 + 1e-12)
+    top = [Start(*c, problem.objective.of(c.timeline)) for c in candidates(problem, top=FEWER_TOP, same_placement=True)]
+    assert start.objective == pytest.approx(min(recompute_fewer(problem, s)[1].objective for s in top))
+    assert check(start.schedule, chosen.profile, chosen.limit).ok

@@ -293,11 +293,11 @@ def test_a_named_split_is_kept_with_recompute(per_microbatch) -> None:
 
 
 def test_the_walk_gives_back_recompute_on_ranks_at_their_cap_and_takes_it_where_the_objective_holds() -> None:
-    """A rank at its cap may hold all its schedule wants (1F1B's last rank holds one microbatch): the walk's
-    steps give back recompute there too, and a step that keeps the objective and recomputes less is taken
-    (Levels.beats). On a 70B-like profile at p=2, 40 GiB, the walk had stopped at 22.44 s with 24 layers
+    """A rank at its cap may hold all its schedule wants (1F1B's last rank holds one microbatch): where no
+    other step helps, the walk gives back recompute there too (give_back_steps), and a step that keeps the
+    objective and recomputes less is taken (Levels.beats). On a 70B-like profile at p=2, 40 GiB, the walk had stopped at 22.44 s with 24 layers
     recomputed on the last rank; with both, 21.11 s."""
-    from zbsearch.search.recompute.walk import Levels, all_full, evaluate, steps_from
+    from zbsearch.search.recompute.walk import Levels, all_full, evaluate, give_back_steps
 
     prof = profile([block(i, 1.0, 0.1) for i in range(6)], 8)
     request = SplitRequest(prof, 2, ("linear",), "24GiB", "makespan")
@@ -305,7 +305,7 @@ def test_the_walk_gives_back_recompute_on_ranks_at_their_cap_and_takes_it_where_
     every = evaluate(request, all_full(request), placement, (4, 4), False)
     at_cap = Levels(every.levels, placement, every.counts, every.objective, tight=(0, 1),
                     recompute_time=every.recompute_time)
-    steps = steps_from(request, at_cap)
+    steps = give_back_steps(request, at_cap)
     names = [[x.name for x in prof.layers[:4]], [x.name for x in prof.layers[4:]]]
     for r in (0, 1):  # on each rank alone, some recompute given back
         assert any(set(s) < set(at_cap.levels) and set(at_cap.levels) - set(s) <= set(names[r]) for s in steps)

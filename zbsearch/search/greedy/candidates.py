@@ -68,15 +68,15 @@ def greedy_variants(placement: Placement | None = None, *, extra: bool = True, p
                     out.append(GreedyOptions("rounds", False, bfirst, fill, warmup=k))
     for bfirst, fill in itertools.product((True, False), repeat=2):
         out.append(GreedyOptions("list", False, bfirst, fill))
-    if fused:
-        # A warm-up of 1F1B's depth fused is 1F1B itself, which the handcrafted schedules give.
-        for warmup, bfirst in itertools.product((None, 2), (True, False)):
-            out.append(GreedyOptions("list", False, bfirst, warmup=warmup, fused=True))
     if extra:
         # Capping the microbatches in flight (1F1B's p-r, or twice that) often beats admitting as
         # many as memory allows: measured on random heterogeneous profiles, these four win most.
         for bfirst, fill, k in ((True, False, 1), (True, False, 2), (True, True, 1), (False, True, 1)):
             out.append(GreedyOptions("list", False, bfirst, fill, warmup=k))
+    if fused:
+        # A warm-up of 1F1B's depth fused is 1F1B itself, which the handcrafted schedules give.
+        for warmup, bfirst in itertools.product((None, 2), (True, False)):
+            out.append(GreedyOptions("list", False, bfirst, warmup=warmup, fused=True))
     if placement is not None and len(placement.routes) > 1:
         out += [replace(o, by_route=True) for o in out]
     if pairs:
@@ -242,16 +242,22 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
         return []
     out: list[_Pending] = []
     seen: dict[tuple[tuple[Step, ...], ...], _Pending] = {}
+    # Where some list variant with B and W apart fits, the fused ones are not run: each is one more engine run
+    # on every split and recompute choice scored, and they are for the limits where none fits.
+    apart_fits = False
     for opt in greedy_variants(placement, extra=extra, pairs=profile.gives_overlap, m=problem.num_microbatches,
                                fused=fused_helps(problem)):
         if out and past(deadline):
             break
+        if getattr(opt, "fused", False) and apart_fits:
+            continue
         try:
             res = run_engine(problem, opt)
         except (InfeasibleError, PreconditionError):
             continue
         if not fits_as_run(problem, res):
             continue
+        apart_fits = apart_fits or (opt.engine == "list" and not getattr(opt, "fused", False))
         name = f"greedy({opt.label})" + ("" if _is_linear(placement) else f"@{placement.name}")
         ident = tuple(tuple(r) for r in res.order)
         if ident in seen:

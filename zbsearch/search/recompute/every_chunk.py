@@ -23,14 +23,18 @@ from ...core.plan_record import Choice
 from ..options import SearchOptions
 from ..problem import Problem
 from ..solve.driver import SolveResult
-from .microbatches import choose_by_windows, recompute_fewer
+from .microbatches import choose_by_windows, fewest, recompute_fewer
 from ..solve.starts import Start
 from ..partition.search import SplitRequest, SplitSearch
 
 
 def fewer_microbatches(result: SolveResult) -> SolveResult:
-    """`result` with only the microbatches that need it recomputing (search/recompute/microbatches.py)."""
-    return _as_result(result, *recompute_fewer(result.problem, _as_start(result)))
+    """`result` with only the microbatches that need it recomputing (search/recompute/microbatches.py), or
+    the heuristics' best schedule of its split so (microbatches.fewest) where that is faster: the solver
+    polished an order with every microbatch recomputing, which is not always the best with fewer."""
+    own = recompute_fewer(result.problem, _as_start(result))
+    heuristic = fewest(result.problem)
+    return _as_result(result, *min(own, heuristic, key=lambda pair: pair[1].objective))
 
 
 def choose_on_every_chunk(request: SplitRequest, result: SolveResult, deadline: float, options: SearchOptions,

@@ -21,7 +21,7 @@ from ..budget import Budget
 from ..problem import Problem
 from ..solve.starts import heuristic_start
 from ..partition.search import SplitRequest, SplitSearch, improve_split
-from .microbatches import recompute_fewer
+from .microbatches import fewest
 
 STEPS = (1, 2, 4)  # layers added per throttled rank in one step
 RESPLIT_TRIES = 2  # where no step helps on the split, the best steps tried with their split improved
@@ -65,9 +65,10 @@ def evaluate(request: SplitRequest, levels: dict[str, str], placement: Placement
     try:
         problem = search.problem(placement, counts)
         problem.check_feasible()
-        start = heuristic_start(problem)
         if per_microbatch:
-            problem, start = recompute_fewer(problem, start, validate=False)
+            problem, start = fewest(problem, validate=False)
+        else:
+            start = heuristic_start(problem)
     except InfeasibleError:
         return out
     out.objective = start.objective
@@ -106,9 +107,18 @@ def steps_from(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
         steps += [grown, shrunk]
     steps += [with_more(ranks[r], current.levels, 1) for r in tight] if len(tight) > 1 else []
     steps += [with_fewer(ranks[r], current.levels, 1) for r in loose] if len(loose) > 1 else []
-    # A rank at its cap may still hold all the microbatches its schedule wants there (the last rank of
-    # 1F1B holds one): giving back recompute can keep the objective and free time to take layers.
-    steps += [with_fewer(ranks[r], current.levels, STEPS[-1]) for r in tight]
+    return _distinct(steps, current)
+
+
+def give_back_steps(request: SplitRequest, current: Levels) -> list[dict[str, str]]:
+    """The recompute of STEPS[-1] layers given back on one rank at its cap: it may still hold all the
+    microbatches its schedule wants there (1F1B's last rank holds one), and less recompute frees time to take
+    layers (walk tries these where no other step helps)."""
+    ranks = rank_layers(request, current.placement, current.counts)
+    return _distinct([with_fewer(ranks[r], current.levels, STEPS[-1]) for r in current.tight], current)
+
+
+def _distinct(steps: list[dict[str, str]], current: Levels) -> list[dict[str, str]]:
     return [s for s in {tuple(sorted(s.items())): s for s in steps}.values() if s != current.levels]
 
 
@@ -124,11 +134,13 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
     deadline passes."""
     best = start
     while time.monotonic() < deadline:
-        found = [evaluate(request, levels, best.placement, best.counts, per_microbatch)
-                 for levels in steps_from(request, best) if time.monotonic() < deadline]
+        found = _scored(request, steps_from(request, best), best, deadline, per_microbatch)
         step = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
         if step is None:
             return best
+        if not step.beats(best):  # then a rank at its cap may give recompute back at no cost
+            step = _best_beating(_scored(request, give_back_steps(request, best), best, deadline, per_microbatch),
+                                 best) or step
         if step.beats(best):
             best = resplit(request, step, deadline, per_microbatch, budget)
             continue
@@ -142,14 +154,25 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
     return best
 
 
+def _scored(request: SplitRequest, steps: list[dict[str, str]], current: Levels, deadline: float,
+            per_microbatch: bool) -> list[Levels]:
+    return [evaluate(request, levels, current.placement, current.counts, per_microbatch)
+            for levels in steps if time.monotonic() < deadline]
+
+
+def _best_beating(found: list[Levels], current: Levels) -> Levels | None:
+    best = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
+    return best if best is not None and best.beats(current) else None
+
+
 def resplit(request: SplitRequest, current: Levels, deadline: float, per_microbatch: bool,
              budget: Budget) -> Levels:
     """The split improved for `current`'s levels by the joint search's one-layer moves (a named split,
     even, balanced or fixed:..., stays as named)."""
     if request.rule.strip().lower() != "auto":
         return current
-    search = SplitSearch(replace(request, profile=with_recompute(request.profile, current.levels, restage=False)), deadline,
-                         budget)
+    profile = with_recompute(request.profile, current.levels, restage=False)
+    search = SplitSearch(replace(request, profile=profile), deadline, budget)
     entry = search.score(current.placement, current.counts, "recompute")
     moved = improve_split(search, entry, deadline)
     if moved.counts == current.counts or not moved.objective < current.objective:
