@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .ir import Kind
+
 
 @dataclass(frozen=True)
 class StageCost:
@@ -40,6 +42,18 @@ class StageCost:
     def BW(self) -> float:
         """Time of the fused backward: the profile's own figure, else B + W."""
         return self.full_backward if self.full_backward is not None else self.B + self.W
+
+    def time_of(self, kind: Kind) -> float:
+        """One pass's time: F, B (torch's I), W or the fused backward (BW)."""
+        if kind is Kind.F:
+            return self.F
+        if kind is Kind.B:
+            return self.B
+        if kind is Kind.W:
+            return self.W
+        if kind is Kind.FULL_B:
+            return self.BW
+        raise KeyError(kind)
 
     @property
     def overlap_ratio(self) -> float:

@@ -44,8 +44,7 @@ def overlap_time(passes: Iterable[tuple[StageCost, Kind]]) -> float:
     profile's pair time over F + full backward), so the sum when the profile gives no pair time."""
     total = 0.0
     for cost, kind in passes:
-        own = {Kind.F: cost.F, Kind.B: cost.B, Kind.W: cost.W, Kind.FULL_B: cost.BW}[kind]
-        total += own * cost.overlap_ratio
+        total += cost.time_of(kind) * cost.overlap_ratio
     return total
 
 
@@ -86,9 +85,7 @@ class ChunkProgress:
         return waiting_b * self.cost.mem_B + waiting_w * self.cost.mem_W + done
 
     def duration(self, kind: Kind) -> float:
-        if kind is Kind.F:
-            return self.cost.F
-        return {Kind.B: self.cost.B, Kind.W: self.cost.W, Kind.FULL_B: self.cost.BW}[kind]
+        return self.cost.time_of(kind)
 
     def record(self, kind: Kind, end: float) -> int:
         """Count one more pass of `kind` that ended at `end`; return its microbatch."""

@@ -124,8 +124,7 @@ def pass_cost(costs: PassCosts, action: Action) -> float:
     """Duration of one action, given every pass's cost (see chunk_costs)."""
     if action.kind is Kind.OVERLAP:
         return overlap_time((costs.of(a), a.kind) for a in action.pair)
-    c = costs.of(action)
-    return {Kind.F: c.F, Kind.B: c.B, Kind.W: c.W, Kind.FULL_B: c.BW}[action.kind]
+    return costs.of(action).time_of(action.kind)
 
 
 def chunk_costs(schedule: Schedule, profile: Profile) -> PassCosts:

@@ -249,7 +249,8 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
                                fused=fused_helps(problem)):
         if out and past(deadline):
             break
-        if getattr(opt, "fused", False) and apart_fits:
+        fused = isinstance(opt, GreedyOptions) and opt.fused
+        if fused and apart_fits:
             continue
         try:
             res = run_engine(problem, opt)
@@ -257,7 +258,7 @@ def _greedy_pending(problem: Problem, extra: bool, deadline: float | None = None
             continue
         if not fits_as_run(problem, res):
             continue
-        apart_fits = apart_fits or (opt.engine == "list" and not getattr(opt, "fused", False))
+        apart_fits = apart_fits or (opt.engine == "list" and not fused)
         name = f"greedy({opt.label})" + ("" if _is_linear(placement) else f"@{placement.name}")
         ident = tuple(tuple(r) for r in res.order)
         if ident in seen:

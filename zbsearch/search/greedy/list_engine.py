@@ -149,9 +149,8 @@ class ListEngine:
 
     def decide(self, r: int, now: float, forced: bool = False) -> None:
         """Rank r is free at `now`: run a ready B (a fused backward on a rank whose W mode is "fused") or F
-        (both as a pair, with `pairs`), else a W when
-        memory forces it, when it fills a gap, with w_fill or when `forced` (nothing else can move),
-        else sleep until the next known arrival."""
+        (both as a pair, with `pairs`), else a W when memory forces it, when it fills a gap, with w_fill or
+        when `forced` (nothing else can move), else sleep until the next known arrival."""
         chunks, pos, policy = self.chunks, self.pos, self.policy[r]
         backward = Kind.FULL_B if policy.w_mode == "fused" else Kind.B
         if policy.w_mode == "eager" and self.pending_w[r]:

@@ -30,6 +30,9 @@ class CannotFit(Exception):
     caller turns it into an InfeasibleError naming the variant and the limit."""
 
 
+WMode = Literal["fill", "fit", "eager", "fused"]  # RankPolicy.w_mode
+
+
 @dataclass(frozen=True)
 class RankPolicy:
     """The list engine's choices on one rank (greedy/tune.py searches them rank by rank).
@@ -44,7 +47,7 @@ class RankPolicy:
 
     inflight: int | None = None
     b_first: bool = False
-    w_mode: Literal["fill", "fit", "eager", "fused"] = "fill"
+    w_mode: WMode = "fill"
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,14 @@ import math
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Iterator, Literal
+from typing import Iterator
 
 from ...core.ir import Placement
 from ...core.objective import Objective
 from ..problem import Problem
 from .list_engine import ListEngine, fused_helps
-from .options import CannotFit, EngineResult, GreedyOptions, RankPolicy
+from .options import CannotFit, EngineResult, GreedyOptions, RankPolicy, WMode
 
-WMode = Literal["fill", "fit", "eager", "fused"]
 W_MODES: tuple[WMode, ...] = ("fill", "fit", "eager")
 CAP_STEPS = (-2, -1, 1, 2)
 Key = tuple[float, float]  # (objective, tie-break): see _Search.cost

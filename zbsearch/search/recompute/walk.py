@@ -38,6 +38,11 @@ class Levels:
     tight: tuple[int, ...] = ()  # the ranks at their cap
     recompute_time: float = 0.0  # the recompute options' time, one microbatch through every layer
 
+    @property
+    def order_key(self) -> tuple[float, float]:
+        """The walk's order of choices: the objective, then the recompute time."""
+        return self.objective, self.recompute_time
+
     def beats(self, other: "Levels") -> bool:
         """A lower objective, or the same with less recompute, which leaves room to move the split (on
         a 70B-like profile at p=2 a rank off the critical path kept 24 layers recomputed)."""
@@ -135,7 +140,7 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
     best = start
     while time.monotonic() < deadline:
         found = _scored(request, steps_from(request, best), best, deadline, per_microbatch)
-        step = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
+        step = min(found, key=lambda x: x.order_key, default=None)
         if step is None:
             return best
         if not step.beats(best):  # then a rank at its cap may give recompute back at no cost
@@ -146,7 +151,7 @@ def walk(request: SplitRequest, start: Levels, deadline: float, per_microbatch: 
             continue
         # On this split no step helps; where memory forced the split, one does once the split moves.
         moved = (resplit(request, x, deadline, per_microbatch, budget)
-                 for x in sorted(found, key=lambda x: (x.objective, x.recompute_time))[:RESPLIT_TRIES])
+                 for x in sorted(found, key=lambda x: x.order_key)[:RESPLIT_TRIES])
         better = next((x for x in moved if x.beats(best)), None)
         if better is None:
             return best
@@ -161,7 +166,7 @@ def _scored(request: SplitRequest, steps: list[dict[str, str]], current: Levels,
 
 
 def _best_beating(found: list[Levels], current: Levels) -> Levels | None:
-    best = min(found, key=lambda x: (x.objective, x.recompute_time), default=None)
+    best = min(found, key=lambda x: x.order_key, default=None)
     return best if best is not None and best.beats(current) else None
 
 
